@@ -1,0 +1,3 @@
+"""Chapter 00 — checks (to be written)."""
+
+__all__ = []

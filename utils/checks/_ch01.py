@@ -1,0 +1,3 @@
+"""Chapter 01 — checks (to be written)."""
+
+__all__ = []

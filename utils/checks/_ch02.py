@@ -1,0 +1,3 @@
+"""Chapter 02 — checks (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 04 — checks (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 05 — checks (to be written)."""
+
+__all__ = []

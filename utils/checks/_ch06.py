@@ -1,0 +1,3 @@
+"""Chapter 06 — checks (to be written)."""
+
+__all__ = []

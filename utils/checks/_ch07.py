@@ -1,0 +1,3 @@
+"""Chapter 07 — checks (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 08 — checks (to be written)."""
+
+__all__ = []

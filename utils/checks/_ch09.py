@@ -1,0 +1,3 @@
+"""Chapter 09 — checks (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 10 — checks (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 11 — checks (to be written)."""
+
+__all__ = []

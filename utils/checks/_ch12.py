@@ -1,0 +1,3 @@
+"""Chapter 12 — checks (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 13 — checks (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 14 — checks (to be written)."""
+
+__all__ = []

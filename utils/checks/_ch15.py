@@ -1,0 +1,3 @@
+"""Chapter 15 — checks (to be written)."""
+
+__all__ = []

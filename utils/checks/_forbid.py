@@ -1,0 +1,35 @@
+"""Groups of functions that from-scratch exercises may not call (see ``Exercise.forbidden``)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._core import Forbidden, patched_entry
+
+SOFTMAX = Forbidden(
+    "torch.softmax / F.softmax / Tensor.softmax",
+    (torch.softmax, torch.Tensor.softmax, F.softmax, torch.special.softmax, torch._softmax,
+     torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax, torch.special.log_softmax, F.softmin),
+)
+LOGSUMEXP = Forbidden(
+    "torch.logsumexp / Tensor.logsumexp",
+    (torch.logsumexp, torch.Tensor.logsumexp, torch.special.logsumexp),
+)
+SDPA = Forbidden(
+    "F.scaled_dot_product_attention",
+    (F.scaled_dot_product_attention,),
+)
+MHA = Forbidden(
+    "nn.MultiheadAttention / F.multi_head_attention_forward",
+    (F.multi_head_attention_forward, torch._native_multi_head_attention,
+     patched_entry(nn.MultiheadAttention, "forward")),
+)
+LAYERNORM = Forbidden(
+    "nn.LayerNorm / F.layer_norm",
+    (F.layer_norm, torch.layer_norm, torch.native_layer_norm, patched_entry(nn.LayerNorm, "forward")),
+)
+AUTOGRAD = Forbidden(
+    "autograd (backward / torch.autograd.grad)",
+    (torch.autograd.grad, torch.Tensor.backward,
+     patched_entry(torch.autograd, "grad"), patched_entry(torch.autograd, "backward")),
+)
+ATTENTION = (SOFTMAX, SDPA, MHA)

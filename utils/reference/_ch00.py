@@ -1,0 +1,3 @@
+"""Chapter 00 — references (to be written)."""
+
+__all__ = []

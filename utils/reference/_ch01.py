@@ -1,0 +1,3 @@
+"""Chapter 01 — references (to be written)."""
+
+__all__ = []

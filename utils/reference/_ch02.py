@@ -1,0 +1,3 @@
+"""Chapter 02 — references (to be written)."""
+
+__all__ = []

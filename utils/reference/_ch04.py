@@ -1,0 +1,3 @@
+"""Chapter 04 — references (to be written)."""
+
+__all__ = []

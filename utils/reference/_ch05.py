@@ -1,0 +1,3 @@
+"""Chapter 05 — references (to be written)."""
+
+__all__ = []

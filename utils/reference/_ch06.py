@@ -1,0 +1,3 @@
+"""Chapter 06 — references (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 07 — references (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 08 — references (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 09 — references (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 10 — references (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 11 — references (to be written)."""
+
+__all__ = []

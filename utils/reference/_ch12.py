@@ -1,0 +1,3 @@
+"""Chapter 12 — references (to be written)."""
+
+__all__ = []

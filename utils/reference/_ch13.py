@@ -1,0 +1,3 @@
+"""Chapter 13 — references (to be written)."""
+
+__all__ = []

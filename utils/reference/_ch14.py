@@ -1,0 +1,3 @@
+"""Chapter 14 — references (to be written)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Chapter 15 — references (to be written)."""
+
+__all__ = []
