@@ -1,3 +1,3 @@
-import os
+import matplotlib
 
-os.environ.setdefault("MPLBACKEND", "Agg")
+matplotlib.use("Agg")  # headless plotting in the test process (notebook kernels keep their inline backend)

@@ -7,6 +7,7 @@ when your output matches a known one. On success it prints one line.
 """
 from ._core import CheckFailure  # noqa: F401
 from ._registry import EXERCISES  # noqa: F401
+from ._quiz import *  # noqa: F401,F403
 from ._ch00 import *  # noqa: F401,F403
 from ._ch01 import *  # noqa: F401,F403
 from ._ch02 import *  # noqa: F401,F403

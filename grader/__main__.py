@@ -1,0 +1,93 @@
+"""Command line: python -m grader {release,check-release,autograde,feedback,samples}."""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from . import course
+
+
+def cmd_release(args) -> int:
+    names = args.assignments or course.assignments()
+    if not names:
+        print("no assignments in solutions/", file=sys.stderr)
+        return 1
+    for name in names:
+        out = course.generate(name, course.NOTEBOOKS)
+        print(f"released {out.relative_to(course.ROOT)}")
+    return 0
+
+
+def cmd_check_release(args) -> int:
+    """Fail when notebooks/ differs from a fresh regeneration of solutions/."""
+    problems = []
+    with tempfile.TemporaryDirectory() as tmp:
+        db = f"sqlite:///{tmp}/gradebook.db"
+        for name in course.assignments():
+            fresh = course.comparable(course.load_json(course.generate(name, Path(tmp) / "release", db=db)))
+            path = course.release_path(name)
+            if not path.exists():
+                problems.append(f"{path.relative_to(course.ROOT)} is missing: run `make release`")
+            elif course.comparable(course.load_json(path)) != fresh:
+                problems.append(f"{path.relative_to(course.ROOT)} differs from solutions/: run `make release`")
+    extra = {p.parent.name for p in course.NOTEBOOKS.glob("*/*.ipynb")} - set(course.assignments())
+    problems += [f"notebooks/{e} has no source in solutions/" for e in sorted(extra)]
+    for p in problems:
+        print(p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+def cmd_autograde(args) -> int:
+    from .pipeline import autograde
+
+    summary = autograde(Path(args.submissions), Path(args.reports), assignments=args.assignments or None,
+                        progress=not args.quiet)
+    print(summary)
+    return 0
+
+
+def cmd_feedback(args) -> int:
+    from .pipeline import feedback
+
+    n = feedback(Path(args.reports), Path(args.out))
+    print(f"wrote feedback for {n} submissions to {args.out}")
+    return 0
+
+
+def cmd_samples(args) -> int:
+    from .samples.bank import materialize
+
+    out = materialize(Path(args.out))
+    print(f"wrote the sample bank to {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("release", help="regenerate notebooks/ from solutions/")
+    r.add_argument("assignments", nargs="*")
+    r.set_defaults(fn=cmd_release)
+    c = sub.add_parser("check-release", help="fail when notebooks/ drifts from solutions/")
+    c.set_defaults(fn=cmd_check_release)
+    a = sub.add_parser("autograde", help="grade <submissions>/<student>/<assignment>/<assignment>.ipynb")
+    a.add_argument("--submissions", required=True)
+    a.add_argument("--reports", required=True)
+    a.add_argument("--assignments", nargs="*")
+    a.add_argument("--quiet", action="store_true")
+    a.set_defaults(fn=cmd_autograde)
+    f = sub.add_parser("feedback", help="per-student HTML feedback after autograde")
+    f.add_argument("--reports", required=True)
+    f.add_argument("--out", required=True)
+    f.set_defaults(fn=cmd_feedback)
+    s = sub.add_parser("samples", help="write the sample bank of submissions")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_samples)
+    args = p.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Execute one notebook, cell by cell. Runs INSIDE the sandbox (copied into its scratch folder).
+
+Usage: python _execute.py IN.ipynb OUT.ipynb CELL_TIMEOUT
+
+Every code cell ends with either its real outputs or a synthetic error saying why it did not run
+(time limit, the kernel died, ...): a grade cell must never be left without outputs, because
+nbgrader would score an unexecuted test cell as passed. Outputs are truncated so a 100 MB print
+cannot bloat the notebook.
+"""
+import sys
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+MAX_OUTPUT_CHARS = 10_000
+
+
+def error_output(ename, evalue):
+    return nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+def truncate(cell):
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            text = out.get("text", "")
+            if len(text) > MAX_OUTPUT_CHARS:
+                out["text"] = text[:MAX_OUTPUT_CHARS] + f"\n... [output truncated: {len(text)} characters]\n"
+        for key in ("text/plain", "text/html"):
+            data = out.get("data", {})
+            if key in data and len("".join(data[key])) > MAX_OUTPUT_CHARS:
+                data[key] = "".join(data[key])[:MAX_OUTPUT_CHARS] + "\n... [output truncated]"
+        if out.get("output_type") == "error":
+            out["traceback"] = [line[:MAX_OUTPUT_CHARS] for line in out.get("traceback", [])[-40:]]
+
+
+def main(src, dst, cell_timeout):
+    nb = nbformat.read(src, as_version=4)
+    client = NotebookClient(nb, timeout=cell_timeout, allow_errors=True, interrupt_on_timeout=True,
+                            kernel_name="python3", record_timing=False, resources={"metadata": {"path": "."}})
+    code_cells = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    dead = None
+    try:
+        with client.setup_kernel():
+            for i in code_cells:
+                cell = nb.cells[i]
+                if dead:
+                    cell.outputs = [error_output("NotExecuted", dead)]
+                    continue
+                try:
+                    client.execute_cell(cell, i)
+                except CellTimeoutError:
+                    cell.outputs.append(error_output("TimeoutError", f"this cell exceeded the {cell_timeout} s limit per cell"))
+                except DeadKernelError:
+                    dead = "the kernel died (it crashed, exited or ran out of memory) before this cell ran"
+                    cell.outputs.append(error_output("DeadKernelError", "the kernel died while running this cell"))
+                except Exception as err:  # nbclient's own failure: record it, never stop
+                    cell.outputs.append(error_output(type(err).__name__, str(err)[:2000]))
+                truncate(cell)
+                nbformat.write(nb, dst)  # progress so far, in case the sandbox is killed
+    except Exception as err:  # the kernel could not start, or shutting it down failed
+        for i in code_cells:
+            if not nb.cells[i].get("outputs"):
+                nb.cells[i].outputs = [error_output("NotExecuted", f"the kernel failed: {str(err)[:500]}")]
+    nbformat.write(nb, dst)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

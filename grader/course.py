@@ -1,0 +1,67 @@
+"""Where things are, and running nbgrader on this course."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+NOTEBOOKS = ROOT / "notebooks"
+GRADER = ROOT / "grader"
+WORK = GRADER / "work"
+BIN = Path(sys.executable).parent
+
+
+def assignments() -> list[str]:
+    """Every assignment: solutions/<NN_name>/<NN_name>.ipynb."""
+    return sorted(p.parent.name for p in SOLUTIONS.glob("*/*.ipynb") if p.stem == p.parent.name)
+
+
+def source_path(assignment: str) -> Path:
+    return SOLUTIONS / assignment / f"{assignment}.ipynb"
+
+
+def release_path(assignment: str) -> Path:
+    return NOTEBOOKS / assignment / f"{assignment}.ipynb"
+
+
+def db_url() -> str:
+    return os.environ.get("GRADEBOOK_URL", f"sqlite:///{GRADER / 'gradebook.db'}")
+
+
+def nbgrader(*args: str, db: str | None = None, root: Path = ROOT, check: bool = True,
+             extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run one nbgrader command on the course (config from grader/nbgrader_config.py)."""
+    env = dict(os.environ)
+    env["JUPYTER_CONFIG_PATH"] = str(GRADER)
+    env["GRADEBOOK_URL"] = db or db_url()
+    env.update(extra_env or {})
+    cmd = [str(BIN / "nbgrader"), *args, f"--CourseDirectory.root={root}"]
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def generate(assignment: str, release_dir: Path, db: str | None = None) -> Path:
+    """nbgrader generate_assignment into ``release_dir`` (and record the assignment in the db)."""
+    nbgrader("generate_assignment", assignment, "--force",
+             f"--CourseDirectory.release_directory={release_dir}", db=db)
+    return release_dir / assignment / f"{assignment}.ipynb"
+
+
+def load_json(path: Path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def comparable(nb: dict) -> dict:
+    """The parts of a notebook that must not drift: cells (type, source, metadata) and kernelspec."""
+    cells = [
+        {"cell_type": c["cell_type"], "source": "".join(c.get("source", "")), "metadata": c.get("metadata", {})}
+        for c in nb.get("cells", [])
+    ]
+    return {"cells": cells, "kernelspec": nb.get("metadata", {}).get("kernelspec")}

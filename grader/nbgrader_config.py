@@ -1,0 +1,29 @@
+"""nbgrader configuration for the course. It finds the repository from its own location.
+
+Found by nbgrader through JUPYTER_CONFIG_PATH (the Makefile sets it to this folder), so that
+`make lab` (formgrader) and the `python -m grader` commands see the same course.
+"""
+import os
+from pathlib import Path
+
+c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+c.CourseDirectory.root = str(ROOT)
+c.CourseDirectory.course_id = "attention-course"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+c.CourseDirectory.submitted_directory = "grader/work/submitted"
+c.CourseDirectory.autograded_directory = "grader/work/autograded"
+c.CourseDirectory.feedback_directory = "grader/work/feedback"
+# The gradebook: SQLite in grader/ unless GRADEBOOK_URL names another SQLAlchemy URL (PostgreSQL
+# for a large class, e.g. postgresql://user@host/attention).
+c.CourseDirectory.db_url = os.environ.get("GRADEBOOK_URL", f"sqlite:///{ROOT / 'grader' / 'gradebook.db'}")
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+c.ClearHiddenTests.begin_test_delimeter = "BEGIN HIDDEN TESTS"
+c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
+# Learner notebooks run the checks from utils: a cell may take a while on a slow laptop.
+c.ExecutePreprocessor.timeout = 120
