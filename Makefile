@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 GRADEBOOK_URL ?= sqlite:///$(CURDIR)/grader/gradebook.db
 export GRADEBOOK_URL
 export JUPYTER_CONFIG_PATH := $(CURDIR)/grader
-export MPLBACKEND := Agg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 SUBMISSIONS ?= grader/work/submissions
 REPORTS ?= reports
 FEEDBACK ?= $(REPORTS)/feedback
@@ -45,11 +45,16 @@ $(STAMP): requirements.txt pyproject.toml
 
 setup: $(STAMP) .sandbox-checked
 
-lab: setup
-	$(BIN)/jupyter lab --notebook-dir=$(CURDIR) --port=$(PORT) --ServerApp.root_dir=$(CURDIR) notebooks
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
+lab: setup
+	$(BIN)/jupyter lab --port=$(PORT) --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks $(ROOT_FLAG)
+
+NBVAL := --nbval --nbval-sanitize-with grader/nbval_sanitize.cfg --nbval-current-env
+
+# One pytest run: the tests of utils and the grader, and every solution notebook under nbval.
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests solutions $(NBVAL)
 
 test-fast: setup
 	$(BIN)/python -m pytest -q tests -m "not slow"

@@ -30,20 +30,21 @@ def main():
 
     namespace = {"__name__": "learner"}
     results = {}
-    try:
-        code = compile(open("learner_definitions.py", encoding="utf-8").read(), "your notebook", "exec")
-        with learner_code():
-            exec(code, namespace)
-    except BaseException as err:  # noqa: BLE001 - the learner's definitions failed to load
-        msg = f"your definitions could not be loaded on their own ({type(err).__name__}: {str(err)[:200]})"
-        results = {name: {"error": msg} for name in request["seeds"]}
-        torch.save(results, "outputs.pt")
-        return
+    failures = {}
+    for chunk in json.load(open("learner_definitions.json", encoding="utf-8")):
+        try:
+            with learner_code():
+                exec(compile(chunk, "your notebook", "exec"), namespace)
+        except BaseException as err:  # noqa: BLE001 - this definition cannot stand alone
+            first = chunk.splitlines()[0][:80] if chunk else ""
+            failures[first] = f"{type(err).__name__}: {str(err)[:200]}"
     for name, seed in request["seeds"].items():
         ex = EXERCISES[name]
         impl = namespace.get(name)
         if impl is None:
-            results[name] = {"error": f"`{name}` is not defined by a def or class statement in your notebook"}
+            why = "; ".join(f"`{k}` failed with {v}" for k, v in failures.items() if name in k)
+            results[name] = {"error": f"`{name}` is not defined by a def or class statement in your notebook"
+                                      + (f" ({why})" if why else "")}
             continue
         outputs = []
         try:

@@ -38,6 +38,7 @@ def nbgrader(*args: str, db: str | None = None, root: Path = ROOT, check: bool =
     env = dict(os.environ)
     env["JUPYTER_CONFIG_PATH"] = str(GRADER)
     env["GRADEBOOK_URL"] = db or db_url()
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
     env.update(extra_env or {})
     cmd = [str(BIN / "nbgrader"), *args, f"--CourseDirectory.root={root}"]
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)

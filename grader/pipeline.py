@@ -159,6 +159,8 @@ def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list)
         if not gid or not nbg(cell).get("grade"):
             continue
         if cell.cell_type == "code":
+            # nbgrader reads a test cell's result as partial credit; ours print and never return one.
+            cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "execute_result"]
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "error":
                     # Feedback must not reveal hidden tests: keep the message, drop the traceback.

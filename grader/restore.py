@@ -84,7 +84,7 @@ def restore(release: dict, submission: dict | None, problem: str | None = None) 
     if submission is None:
         nb = copy.deepcopy(release)
         nb["cells"] = [_clean(c) for c in nb["cells"]]
-        return Restored(nb, [problem] if problem else [], problem)
+        return Restored(_as_notebook(nb), [problem] if problem else [], problem)
 
     release_cells = release["cells"]
     release_ids = [grade_id(c) for c in release_cells]
@@ -142,11 +142,15 @@ def restore(release: dict, submission: dict | None, problem: str | None = None) 
         "nbformat": 4,
         "nbformat_minor": release.get("nbformat_minor", 5),
     }
-    for cell in nb["cells"]:  # cell ids: unique, as nbformat 4.5 wants
-        cell.pop("id", None)
+    return Restored(_as_notebook(nb), notes, None)
+
+
+def _as_notebook(nb: dict):
+    """An nbformat NotebookNode with fresh, unique cell ids (as nbformat 4.5 wants)."""
     import nbformat
 
     nb = nbformat.from_dict(nb)
+    nb["nbformat"], nb["nbformat_minor"] = 4, max(5, nb.get("nbformat_minor", 5))
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i}"
-    return Restored(nb, notes, None)
+    return nb

@@ -38,7 +38,11 @@ class Verdict:
 
 
 def definitions(nb: dict) -> str:
-    """Imports, defs, classes and constant assignments from every non-test code cell, in order."""
+    """Imports, defs, classes and constant assignments from every non-test code cell, in order.
+
+    Returned as a JSON list of source chunks: the child loads each one on its own, so a demo
+    definition that cannot stand alone does not take the exercises with it.
+    """
     parts = []
     for cell in nb["cells"]:
         if cell.get("cell_type") != "code" or is_test(cell):
@@ -54,9 +58,10 @@ def definitions(nb: dict) -> str:
         for node in tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 parts.append(ast.unparse(node))
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and _is_constant(node.value):
+            elif isinstance(node, ast.Assign) and _is_constant(node.value) and \
+                    all(isinstance(t, ast.Name) for t in node.targets):
                 parts.append(ast.unparse(node))
-    return "\n\n".join(parts) + "\n"
+    return json.dumps(parts)
 
 
 def _strip_magics(src: str) -> str:
@@ -141,7 +146,7 @@ def verify(nb: dict, student: str, assignment: str, scratch: Path,
     if not names:
         return {}
     scratch.mkdir(parents=True, exist_ok=True)
-    (scratch / "learner_definitions.py").write_text(definitions(nb), encoding="utf-8")
+    (scratch / "learner_definitions.json").write_text(definitions(nb), encoding="utf-8")
     seeds = {name: secret_seed(student, assignment, name) for name in names}
     (scratch / "request.json").write_text(json.dumps({"seeds": seeds}))
     shutil.copy(CHILD, scratch / "_verify_child.py")

@@ -487,8 +487,9 @@ def shape_label(**dims) -> str:
 def make_check(exercise: Exercise) -> Callable:
     """The learner-facing ``check_<name>(impl, seed=None)``."""
 
-    def check(impl=None, seed: int | None = None):
-        return run_check(exercise, impl, seed=seed)
+    def check(impl=None, seed: int | None = None) -> None:
+        __tracebackhide__ = True  # IPython and pytest show the message, not the harness
+        run_check(exercise, impl, seed=seed)  # returns None: nbgrader reads a result as partial credit
 
     check.__name__ = f"check_{exercise.name}"
     check.__qualname__ = check.__name__

@@ -1,0 +1,123 @@
+"""The grading pipeline, end to end: release in sync, the sample bank graded to its expected
+scores with a reason for every lost point, regrading gives the same result, feedback hides the
+hidden tests. Slow (it executes every sample in the sandbox): marked `slow`."""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import course
+from grader.samples import bank
+
+ROOT = course.ROOT
+pytestmark = pytest.mark.slow
+
+
+def test_release_is_what_solutions_generate():
+    proc = subprocess.run([sys.executable, "-m", "grader", "check-release"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_release_has_no_solutions_or_hidden_tests():
+    for a in course.assignments():
+        text = course.release_path(a).read_text()
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+        assert "raise NotImplementedError()" in text
+
+
+def _read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bank")
+    subs = bank.materialize(tmp / "submissions")
+    # every other assignment's learner release is a submission too: it must score zero
+    for a in course.assignments():
+        if a != bank.A:
+            dest = subs / f"release_{a}" / a
+            dest.mkdir(parents=True)
+            shutil.copy(course.release_path(a), dest / f"{a}.ipynb")
+    env = dict(os.environ, GRADER_CELL_TIMEOUT="20", GRADEBOOK_URL=f"sqlite:///{tmp}/gradebook.db",
+               JUPYTER_CONFIG_PATH=str(course.GRADER))
+    proc = subprocess.run([sys.executable, "-m", "grader", "autograde", "--submissions", str(subs),
+                           "--reports", str(tmp / "reports")], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-5000:]
+    print(proc.stdout)
+    return tmp, subs, env
+
+
+def test_sample_bank_grades_as_expected(graded):
+    tmp, _, _ = graded
+    rows = _read(tmp / "reports" / "exercises.csv")
+    got = {(r["student_id"], r["exercise"]): float(r["score"]) for r in rows}
+    wrong = []
+    for student, (what, _, expected) in bank.SAMPLES.items():
+        for exercise, score in expected.items():
+            actual = got.get((student, exercise))
+            if actual != score:
+                reason = next((r["reason"] for r in rows if r["student_id"] == student and r["exercise"] == exercise), "")
+                wrong.append(f"{student} ({what}) {exercise}: expected {score}, got {actual} [{reason}]")
+    assert not wrong, "\n".join(wrong)
+    for r in rows:  # every lost point has a reason
+        if float(r["score"]) < float(r["max_score"]):
+            assert r["reason"].strip(), r
+    for r in rows:
+        if r["student_id"].startswith("release_"):
+            assert float(r["score"]) == 0 or r["exercise"].startswith("derivation"), r
+
+
+def test_grades_csv_sums_exercises(graded):
+    tmp, _, _ = graded
+    ex = _read(tmp / "reports" / "exercises.csv")
+    for g in _read(tmp / "reports" / "grades.csv"):
+        total = sum(float(r["score"]) for r in ex if r["student_id"] == g["student_id"] and r["assignment"] == g["assignment"])
+        assert float(g["score"]) == total
+    assert {g["student_id"] for g in _read(tmp / "reports" / "grades.csv")} >= set(bank.SAMPLES)
+
+
+def test_tampering_is_reported(graded):
+    tmp, _, _ = graded
+    rows = _read(tmp / "reports" / "exercises.csv")
+    edited = next(r for r in rows if r["student_id"] == "tamper_edited_test" and r["exercise"] == "scaled_dot_product_attention")
+    assert "was edited" in edited["reason"]
+    patched = next(r for r in rows if r["student_id"] == "tamper_patch_checks" and r["exercise"] == "scaled_dot_product_attention")
+    assert "independent re-check failed" in patched["reason"]
+
+
+def test_regrading_gives_the_same_result(graded):
+    tmp, subs, env = graded
+    again = tmp / "again"
+    for s in ("correct", "bad_kernel_exit", "tamper_deleted_tests", "bad_corrupt_json"):
+        shutil.copytree(subs / s, again / s)
+    proc = subprocess.run([sys.executable, "-m", "grader", "autograde", "--quiet", "--submissions", str(again),
+                           "--reports", str(tmp / "reports2")], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = {(r["student_id"], r["exercise"]): (r["score"], r["reason"]) for r in _read(tmp / "reports" / "exercises.csv")}
+    second = {(r["student_id"], r["exercise"]): (r["score"], r["reason"]) for r in _read(tmp / "reports2" / "exercises.csv")}
+    assert second and all(first[k] == v for k, v in second.items())
+
+
+def test_feedback_hides_hidden_tests(graded):
+    tmp, _, env = graded
+    proc = subprocess.run([sys.executable, "-m", "grader", "feedback", "--reports", str(tmp / "reports2"),
+                           "--out", str(tmp / "feedback")], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (tmp / "feedback" / "correct" / f"{bank.A}.html").read_text()
+    assert "check_scaled_dot_product_attention" in html
+    assert "HIDDEN TESTS" not in html and "seed=3002" not in html
+
+
+def test_timing_report(graded):
+    tmp, _, _ = graded
+    timing = json.loads((tmp / "reports" / "timing.json").read_text())
+    entry = timing["per_submission"][f"correct/{bank.A}"]
+    print(f"\nbank: {timing['submissions']} submissions in {timing['total_seconds']} s; 'correct' graded in "
+          f"{entry['grade_seconds']} s, of which executing it took {entry['execute_seconds']} s")
