@@ -199,6 +199,10 @@ def _failed(cell) -> bool:
 def _failure(cell) -> str | None:
     errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     if not errors:
+        stderr = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+        if stderr:  # nbgrader scores a test cell that wrote to stderr as failed
+            first = "".join(stderr[0].get("text", "")).strip().splitlines()[:1]
+            return "the test cell wrote to stderr, which nbgrader scores as a failure" + (f": {first[0][:200]}" if first else "")
         return None
     e = errors[-1] if errors[-1].get("ename") == "VerificationError" else errors[0]
     text = f"{e.get('ename')}: {e.get('evalue')}".strip()

@@ -116,8 +116,23 @@ def test_feedback_hides_hidden_tests(graded):
 
 
 def test_timing_report(graded):
-    tmp, _, _ = graded
+    """Autograding one submission vs merely executing it (plain nbclient, no sandbox), same run."""
+    import time
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    tmp, subs, _ = graded
     timing = json.loads((tmp / "reports" / "timing.json").read_text())
     entry = timing["per_submission"][f"correct/{bank.A}"]
-    print(f"\nbank: {timing['submissions']} submissions in {timing['total_seconds']} s; 'correct' graded in "
-          f"{entry['grade_seconds']} s, of which executing it took {entry['execute_seconds']} s")
+    nb = nbformat.read(subs / "correct" / bank.A / f"{bank.A}.ipynb", as_version=4)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=120, allow_errors=True, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp)}}).execute()
+    plain = time.perf_counter() - start
+    report = (f"bank: {timing['submissions']} submissions graded in {timing['total_seconds']} s; 'correct': "
+              f"autograde {entry['grade_seconds']} s (sandboxed execution {entry['execute_seconds']} s) vs plain "
+              f"execution {plain:.1f} s: ratio {entry['grade_seconds'] / plain:.2f}")
+    (tmp / "reports" / "timing.txt").write_text(report + "\n")
+    print("\n" + report)
+    assert entry["grade_seconds"] > 0 and plain > 0
