@@ -33,3 +33,8 @@ AUTOGRAD = Forbidden(
      patched_entry(torch.autograd, "grad"), patched_entry(torch.autograd, "backward")),
 )
 ATTENTION = (SOFTMAX, SDPA, MHA)
+SOFTMAX_BACKWARD = Forbidden(
+    "torch._softmax_backward_data (PyTorch's own softmax backward)",
+    (torch._softmax_backward_data, torch.ops.aten._softmax_backward_data,
+     torch.ops.aten._softmax_backward_data.default),
+)
