@@ -143,6 +143,12 @@ def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list)
                     cell.outputs = [_error("NotExecuted", why_not_run)]
         if res.notes:
             general += res.notes
+        for cell in nb.cells:  # an answer cell that timed out or killed the kernel explains its test
+            gid = grade_id(cell)
+            if gid and is_answer(cell) and cell.cell_type == "code":
+                for out in cell.get("outputs", []):
+                    if out.get("output_type") == "error" and out.get("ename") in ("TimeoutError", "DeadKernelError"):
+                        general.append(f"the answer cell `{gid}` stopped: {out.get('evalue')}")
 
         verdicts = verify.verify(nb, job.student, job.assignment, scratch / "verify",
                                  sandbox.Limits(wall_seconds=240), hide=hidden)
@@ -172,8 +178,10 @@ def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list)
             reasons[gid] = "written answer: graded by hand"
     for note in general:
         m = re.search(r"`([^`]+)`", note)
-        if m and m.group(1) in reasons:
-            reasons[m.group(1)] += f" ({note})"
+        if m:
+            for key in (m.group(1), f"test_{m.group(1)}"):
+                if key in reasons:
+                    reasons[key] += f" ({note})"
 
     dest = work / "submitted" / job.student / job.assignment
     dest.mkdir(parents=True, exist_ok=True)
