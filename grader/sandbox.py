@@ -186,13 +186,16 @@ def _count_own_processes() -> int:
 
 def _bwrap_command(cmd: list[str], scratch: Path, hide: list[Path]) -> list[str]:
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    home = Path.home()
-    # Hide the grader's own home (caches, credentials), but keep the Python installation visible.
-    base = Path(sys.base_prefix).resolve()
-    if home != Path("/") and str(base).startswith(str(home) + os.sep):
+    home = Path.home().resolve()
+    # Hide the grader's own home (caches, credentials), but keep what the kernel needs visible:
+    # the Python installation, the virtual environment and the course (solutions/ etc. are hidden below).
+    needed = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), course.ROOT.resolve()}
+    if home != Path("/"):
         args += ["--tmpfs", str(home)]
-        top = home / base.relative_to(home).parts[0]
-        args += ["--ro-bind", str(top), str(top)]
+        for path in sorted(needed):
+            if path.is_relative_to(home) and path != home:
+                top = home / path.relative_to(home).parts[0]
+                args += ["--ro-bind", str(top), str(top)]
     for path in hide:
         if path.exists():
             args += ["--tmpfs", str(path.resolve())]

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from . import sandbox
-from .restore import grade_id, is_answer, is_test, nbg, source
+from .restore import grade_id, is_answer, is_test, source
 
 CHILD = Path(__file__).with_name("_verify_child.py")
 SALT = os.environ.get("GRADER_SALT", "attention-course-verification")

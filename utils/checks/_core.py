@@ -17,12 +17,11 @@ scores it zero) with one clear message, or prints one line such as ``✅ 24/24 c
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import random
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
