@@ -134,6 +134,9 @@ def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list)
         exec_seconds = time.monotonic() - t0
         executed = _read_executed(run_dir / "executed.ipynb", nb)
         why_not_run = "; ".join(res.notes) or "the notebook stopped before this cell ran"
+        if not (run_dir / "executed.ipynb").exists():
+            last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1][:300]
+            why_not_run = f"the notebook could not be executed ({last})"
         for cell, done in zip(nb.cells, executed.cells):
             if cell.cell_type == "code":
                 if done.get("execution_count") is not None or done.get("outputs"):
@@ -229,6 +232,10 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     jobs, skipped = find_jobs(submissions.resolve(), assignments)
     if not jobs:
         raise SystemExit(f"no submissions found in {submissions}")
+    try:
+        sandbox.self_test(work / "self-test")
+    except RuntimeError as err:
+        raise SystemExit(str(err)) from None
     wanted = sorted({j.assignment for j in jobs})
     releases, solutions = {}, {}
     for a in wanted:  # the current source, recorded in the gradebook (does not touch notebooks/)

@@ -186,16 +186,20 @@ def _count_own_processes() -> int:
 
 def _bwrap_command(cmd: list[str], scratch: Path, hide: list[Path]) -> list[str]:
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # Hide the grader's own home (caches, credentials) and /tmp, but keep what the kernel needs
+    # visible wherever it lives: Python, the virtual environment and the course (its solutions/,
+    # grader/ and .git are hidden again below).
     home = Path.home().resolve()
-    # Hide the grader's own home (caches, credentials), but keep what the kernel needs visible:
-    # the Python installation, the virtual environment and the course (solutions/ etc. are hidden below).
-    needed = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), course.ROOT.resolve()}
+    masked = [Path("/tmp")]
     if home != Path("/"):
         args += ["--tmpfs", str(home)]
-        for path in sorted(needed):
-            if path.is_relative_to(home) and path != home:
-                top = home / path.relative_to(home).parts[0]
-                args += ["--ro-bind", str(top), str(top)]
+        masked.append(home)
+    needed = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), course.ROOT.resolve()}
+    for path in sorted(needed):
+        for top_dir in masked:
+            if path.is_relative_to(top_dir) and path != top_dir:
+                keep = top_dir / path.relative_to(top_dir).parts[0]
+                args += ["--ro-bind", str(keep), str(keep)]
     for path in hide:
         if path.exists():
             args += ["--tmpfs", str(path.resolve())]
@@ -248,6 +252,20 @@ def run(cmd: list[str], scratch: Path, limits: Limits | None = None, hide: list[
             cgroup.remove()
     return Result(proc.returncode, timed_out, _tail(out_path), _tail(err_path), time.monotonic() - start,
                   isolated, notes)
+
+
+def self_test(scratch: Path) -> None:
+    """Run the course's imports in the sandbox once; raise with the sandbox's own error if it fails.
+
+    Without this, a broken sandbox (say, a course folder it cannot see) would quietly give every
+    student zero.
+    """
+    scratch.mkdir(parents=True, exist_ok=True)
+    probe = "import nbclient, torch, utils.checks; print('sandbox ok')"
+    res = run([sys.executable, "-c", probe], scratch, Limits(wall_seconds=120))
+    if res.returncode != 0 or "sandbox ok" not in res.stdout:
+        raise RuntimeError("the grading sandbox cannot run the course's Python (nothing was graded):\n"
+                           + (res.stderr.strip()[-2000:] or "; ".join(res.notes) or f"exit code {res.returncode}"))
 
 
 def _tail(path: Path, limit: int = 20_000) -> str:
