@@ -15,6 +15,7 @@ SUBMISSIONS ?= grader/work/submissions
 REPORTS ?= reports
 FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888
+LAB_ARGS ?=
 
 .PHONY: setup lab test test-fast release autograde feedback samples clean help
 
@@ -48,7 +49,7 @@ setup: $(STAMP) .sandbox-checked
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lab: setup
-	$(BIN)/jupyter lab --port=$(PORT) --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks $(ROOT_FLAG)
+	$(BIN)/jupyter lab --port=$(PORT) --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
 NBVAL := --nbval --nbval-sanitize-with grader/nbval_sanitize.cfg --nbval-current-env
 

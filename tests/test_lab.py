@@ -1,10 +1,11 @@
-"""`make lab` works: JupyterLab starts headless on the course, answers its API over loopback,
-serves nbgrader's extension, and stops."""
+"""`make lab` works: started headless exactly as a learner starts it (plus a port, a token and
+--no-browser), JupyterLab answers its API over loopback, serves the course and nbgrader's
+extension, and stops."""
 import json
 import os
+import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -29,19 +30,20 @@ def _get(url: str, token: str):
 
 def test_lab_starts_and_answers(tmp_path):
     port, token = _free_port(), "course-test-token"
-    env = dict(os.environ, JUPYTER_CONFIG_PATH=str(ROOT / "grader"), JUPYTER_RUNTIME_DIR=str(tmp_path))
-    cmd = [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-           f"--ServerApp.token={token}", f"--ServerApp.root_dir={ROOT}", "--allow-root"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path))
+    cmd = ["make", "--no-print-directory", "lab", f"PORT={port}",
+           f"LAB_ARGS=--no-browser --ip=127.0.0.1 --ServerApp.token={token}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
-        deadline, status = time.time() + 60, None
+        deadline, status = time.time() + 120, None
         while time.time() < deadline:
             try:
                 status = _get(f"http://127.0.0.1:{port}/api/status", token)
                 break
             except OSError:
                 time.sleep(0.5)
-        assert status and status[0] == 200, "JupyterLab did not answer /api/status within 60 s"
+        assert status and status[0] == 200, "`make lab` did not answer /api/status within 120 s"
         code, body = _get(f"http://127.0.0.1:{port}/api/contents/notebooks", token)
         names = [c["name"] for c in json.loads(body)["content"]]
         assert "03_scaled_dot_product_attention" in names
@@ -50,8 +52,8 @@ def test_lab_starts_and_answers(tmp_path):
         code, body = _get(f"http://127.0.0.1:{port}/formgrader", token)
         assert code == 200
     finally:
-        proc.terminate()
+        os.killpg(proc.pid, signal.SIGTERM)  # make and the jupyter server it started
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
