@@ -43,7 +43,7 @@ def cmd_autograde(args) -> int:
     from .pipeline import autograde
 
     summary = autograde(Path(args.submissions), Path(args.reports), assignments=args.assignments or None,
-                        progress=not args.quiet)
+                        progress=not args.quiet, work=Path(args.work) if args.work else None)
     print(summary)
     return 0
 
@@ -51,7 +51,7 @@ def cmd_autograde(args) -> int:
 def cmd_feedback(args) -> int:
     from .pipeline import feedback
 
-    n = feedback(Path(args.reports), Path(args.out))
+    n = feedback(Path(args.reports), Path(args.out), work=Path(args.work) if args.work else None)
     print(f"wrote feedback for {n} submissions to {args.out}")
     return 0
 
@@ -77,10 +77,12 @@ def main(argv=None) -> int:
     a.add_argument("--reports", required=True)
     a.add_argument("--assignments", nargs="*")
     a.add_argument("--quiet", action="store_true")
+    a.add_argument("--work", help="grading workspace (default grader/work, where formgrader looks)")
     a.set_defaults(fn=cmd_autograde)
     f = sub.add_parser("feedback", help="per-student HTML feedback after autograde")
     f.add_argument("--reports", required=True)
     f.add_argument("--out", required=True)
+    f.add_argument("--work", help="grading workspace used by autograde (default grader/work)")
     f.set_defaults(fn=cmd_feedback)
     s = sub.add_parser("samples", help="write the sample bank of submissions")
     s.add_argument("--out", required=True)

@@ -186,10 +186,16 @@ def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list)
                 if key in reasons:
                     reasons[key] += f" ({note})"
 
-    dest = work / "submitted" / job.student / job.assignment
-    dest.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, dest / f"{job.assignment}.ipynb")
+    _store(nb, work, job)
     return Outcome(job.student, job.assignment, reasons, general, time.monotonic() - start, exec_seconds)
+
+
+def _store(nb, work: Path, job: Job) -> None:
+    """The notebook nbgrader scores: replaces whatever an earlier grading left for this student."""
+    dest = work / "submitted" / job.student / job.assignment
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    nbformat.write(nb, dest / f"{job.assignment}.ipynb")
 
 
 def _read_executed(path: Path, fallback):
@@ -226,9 +232,11 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
               progress: bool = True, work: Path | None = None) -> str:
     if not submissions.is_dir():
         raise SystemExit(f"submissions folder {submissions} does not exist (expected <dir>/<student>/<assignment>/<assignment>.ipynb)")
-    work = (work or course.WORK / "grading").resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "submitted").mkdir(parents=True)
+    # The workspace is the one nbgrader's config names (grader/work/{submitted,autograded,...}), so
+    # formgrader in `make lab` shows these submissions for manual grading. Earlier batches stay.
+    work = (work or course.WORK).resolve()
+    shutil.rmtree(work / "scratch", ignore_errors=True)
+    (work / "submitted").mkdir(parents=True, exist_ok=True)
     jobs, skipped = find_jobs(submissions.resolve(), assignments)
     if not jobs:
         raise SystemExit(f"no submissions found in {submissions}")
@@ -285,9 +293,7 @@ def _fallback(job: Job, release: dict, work: Path, why: str) -> Outcome:
     for cell in nb.cells:
         if is_test(cell) and cell.cell_type == "code":
             cell.outputs = [_error("NotGraded", why)]
-    dest = work / "submitted" / job.student / job.assignment
-    dest.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, dest / f"{job.assignment}.ipynb")
+    _store(nb, work, job)
     return Outcome(job.student, job.assignment, {grade_id(c): why for c in nb.cells if is_test(c)}, [why], 0.0, 0.0)
 
 
@@ -369,7 +375,7 @@ def _num(x):
 # ---------------------------------------------------------------------------------- feedback
 def feedback(reports: Path, out: Path, work: Path | None = None) -> int:
     """HTML feedback per student and assignment, without hidden tests (run after autograde)."""
-    work = (work or course.WORK / "grading").resolve()
+    work = (work or course.WORK).resolve()
     if not (work / "autograded").is_dir():
         raise SystemExit("nothing has been autograded yet: run `make autograde` first")
     config = _config_dir(work, "feedback", FEEDBACK_CONFIG)

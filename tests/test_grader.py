@@ -47,7 +47,8 @@ def graded(tmp_path_factory):
     env = dict(os.environ, GRADER_CELL_TIMEOUT="20", GRADEBOOK_URL=f"sqlite:///{tmp}/gradebook.db",
                JUPYTER_CONFIG_PATH=str(course.GRADER))
     proc = subprocess.run([sys.executable, "-m", "grader", "autograde", "--submissions", str(subs),
-                           "--reports", str(tmp / "reports")], cwd=ROOT, env=env, capture_output=True, text=True)
+                           "--reports", str(tmp / "reports"), "--work", str(tmp / "work")],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-5000:]
     print(proc.stdout)
     return tmp, subs, env
@@ -91,13 +92,29 @@ def test_tampering_is_reported(graded):
     assert "independent re-check failed" in patched["reason"]
 
 
+def test_gradebook_is_the_record(graded):
+    """The gradebook holds every student and waits for the derivations to be graded by hand."""
+    from nbgrader.api import Gradebook
+
+    tmp, _, env = graded
+    with Gradebook(env["GRADEBOOK_URL"], "attention-course") as gb:
+        sub = gb.find_submission(bank.A, "correct")
+        assert sub.score == 11
+        manual = gb.find_grade("derivation_variance", bank.A, bank.A, "correct")
+        assert manual.needs_manual_grade
+        assert {s.id for s in gb.students} >= set(bank.SAMPLES)
+    autograded = tmp / "work" / "autograded" / "correct" / bank.A / f"{bank.A}.ipynb"
+    assert autograded.exists(), "formgrader reads the autograded notebook from the workspace"
+
+
 def test_regrading_gives_the_same_result(graded):
     tmp, subs, env = graded
     again = tmp / "again"
     for s in ("correct", "bad_kernel_exit", "tamper_deleted_tests", "bad_corrupt_json"):
         shutil.copytree(subs / s, again / s)
     proc = subprocess.run([sys.executable, "-m", "grader", "autograde", "--quiet", "--submissions", str(again),
-                           "--reports", str(tmp / "reports2")], cwd=ROOT, env=env, capture_output=True, text=True)
+                           "--reports", str(tmp / "reports2"), "--work", str(tmp / "work")],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = {(r["student_id"], r["exercise"]): (r["score"], r["reason"]) for r in _read(tmp / "reports" / "exercises.csv")}
     second = {(r["student_id"], r["exercise"]): (r["score"], r["reason"]) for r in _read(tmp / "reports2" / "exercises.csv")}
@@ -107,7 +124,8 @@ def test_regrading_gives_the_same_result(graded):
 def test_feedback_hides_hidden_tests(graded):
     tmp, _, env = graded
     proc = subprocess.run([sys.executable, "-m", "grader", "feedback", "--reports", str(tmp / "reports2"),
-                           "--out", str(tmp / "feedback")], cwd=ROOT, env=env, capture_output=True, text=True)
+                           "--out", str(tmp / "feedback"), "--work", str(tmp / "work")],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = (tmp / "feedback" / "correct" / f"{bank.A}.html").read_text()
     assert "check_scaled_dot_product_attention" in html
