@@ -20,6 +20,7 @@ from utils._guard import unguarded
 from utils.checks import CheckFailure, check_fit_loglog_slope, check_flash_attention, check_generate, check_TinyGPT
 from utils.checks import check_online_softmax
 from utils.reference import _ch14
+from utils.reference._common import ConcatKVCache
 from utils.reference import fit_loglog_slope as _fit
 from utils.reference import flash_attention as _flash
 from utils.reference import generate as _generate
@@ -233,7 +234,7 @@ def test_cached_logits_equal_uncached():
     with torch.no_grad():
         full, none = model(idx)
         assert none is None and full.shape == (2, 11, 23)
-        caches = [_ch14._KVCache() for _ in model.blocks]
+        caches = [ConcatKVCache() for _ in model.blocks]
         pieces, pos = [], 0
         for n in (4, 1, 3, 1, 2):
             logits, returned = model(idx[:, pos:pos + n], caches, start_pos=pos)
@@ -372,7 +373,7 @@ class AltTinyGPT(nn.Module):
 
 def _alt_generate(model, idx, max_new_tokens, use_cache=True):
     with torch.no_grad():
-        caches = [_ch14._KVCache() for _ in range(len(model.blocks))] if use_cache else None
+        caches = [ConcatKVCache() for _ in range(len(model.blocks))] if use_cache else None
         feed, pos = idx, 0
         for _ in range(max_new_tokens):
             if not use_cache:
@@ -394,9 +395,9 @@ def test_independent_implementations_pass_chapter_14_checks(capsys):
 
 def test_generate_check_names_a_generate_that_refeeds_everything():
     def refeed(model, idx, max_new_tokens, use_cache=True):
-        caches = [_ch14._KVCache() for _ in model.blocks] if use_cache else None
+        caches = [ConcatKVCache() for _ in model.blocks] if use_cache else None
         for _ in range(max_new_tokens):
-            logits, _ = model(idx[:, -model.max_len:], None if caches is None else [_ch14._KVCache() for _ in model.blocks])
+            logits, _ = model(idx[:, -model.max_len:], None if caches is None else [ConcatKVCache() for _ in model.blocks])
             idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
         return idx
 

@@ -6,8 +6,9 @@ import torch.nn as nn
 
 from .. import reference as ref
 from .._guard import unguarded
-from ._core import Case, CheckFailure, Exercise, Mutant, describe, generator, rng
+from ._core import Case, CheckFailure, Exercise, Mutant, describe, generator, load_state_strict, rng
 from ._registry import register
+from ..reference._common import ConcatKVCache
 
 __all__ = ["check_TinyGPT", "check_generate"]
 
@@ -15,23 +16,6 @@ NEG_INF = float("-inf")
 
 
 # ---------------------------------------------------------------- shared helpers
-class _CheckCache:
-    """The KV cache the check hands to your model: ``update`` appends along dim -2."""
-
-    def __init__(self):
-        self.k = None
-        self.v = None
-
-    @property
-    def seq_len(self) -> int:
-        return 0 if self.k is None else self.k.size(-2)
-
-    def update(self, k_new, v_new):
-        self.k = k_new if self.k is None else torch.cat([self.k, k_new], dim=-2)
-        self.v = v_new if self.v is None else torch.cat([self.v, v_new], dim=-2)
-        return self.k, self.v
-
-
 def _random_state(model: nn.Module, g: torch.Generator) -> dict:
     """Random parameters with the reference's names, large enough that attention is peaked."""
     state = {}
@@ -58,19 +42,7 @@ def _reference_model(config: tuple, g: torch.Generator):
 
 def _load_params(module: nn.Module, state: dict, name: str) -> None:
     """Copy the reference's parameters in by name (buffers such as RoPE tables may differ)."""
-    mine = dict(module.named_parameters())
-    missing, unexpected = sorted(set(state) - set(mine)), sorted(set(mine) - set(state))
-    if missing or unexpected:
-        raise CheckFailure(
-            f"{name} has parameters {sorted(mine)}, but the exercise expects {sorted(state)}"
-            + (f" (missing {missing})" if missing else "")
-            + (f" (unexpected {unexpected})" if unexpected else "")
-            + ". Use the attribute names given in the exercise."
-        )
-    for key, value in state.items():
-        if tuple(mine[key].shape) != tuple(value.shape):
-            raise CheckFailure(f"{name}.{key} has shape {tuple(mine[key].shape)}, expected {tuple(value.shape)}.")
-    module.load_state_dict(state, strict=False)
+    load_state_strict(module, state, name, parameters_only=True)
 
 
 def _build(cls, case: Case) -> nn.Module:
@@ -102,7 +74,7 @@ def _run_tinygpt(cls, case: Case):
         logits, caches = _unpack(model(idx), "model(idx)")
         if caches is not None:
             raise CheckFailure("model(idx) without caches should return (logits, None): nothing is cached.")
-        caches = [_CheckCache() for _ in range(n_layers)]
+        caches = [ConcatKVCache() for _ in range(n_layers)]
         pieces, pos = [], 0
         for n in [case.kwargs["prefill"], *case.kwargs["chunks"]]:
             call = f"model(idx[:, {pos}:{pos + n}], caches=caches, start_pos={pos})"
@@ -345,7 +317,7 @@ def _generate_variant(model, idx, max_new_tokens, use_cache=True, *, sample=Fals
                       new_caches=False):
     prompt_len = idx.size(1)
     use_cache = use_cache and not ignore_cache
-    caches = [_CheckCache() for _ in model.blocks] if use_cache else None
+    caches = [ConcatKVCache() for _ in model.blocks] if use_cache else None
     with torch.no_grad():
         for step in range(max_new_tokens):
             if not use_cache:
@@ -357,7 +329,7 @@ def _generate_variant(model, idx, max_new_tokens, use_cache=True, *, sample=Fals
                     window = idx
                 logits, _ = model(window)
             elif step == 0 or new_caches:  # new_caches: a fresh prefill of everything, every step
-                logits, caches = model(idx, [_CheckCache() for _ in model.blocks], start_pos=0)
+                logits, caches = model(idx, [ConcatKVCache() for _ in model.blocks], start_pos=0)
             elif refeed:
                 logits, caches = model(idx, caches, start_pos=0)
             else:

@@ -111,9 +111,13 @@ def run_module(cls, case: Case):
     return module(*case.args, **case.kwargs)
 
 
-def load_state_strict(module: nn.Module, state: dict, name: str) -> None:
-    """Copy the reference's parameters into the learner's module, with a readable error."""
-    mine = module.state_dict()
+def load_state_strict(module: nn.Module, state: dict, name: str, parameters_only: bool = False) -> None:
+    """Copy the reference's parameters into the learner's module, with a readable error.
+
+    ``parameters_only``: compare parameter names only, so the learner may keep buffers of their own
+    (e.g. a RoPE table) that the reference does not have.
+    """
+    mine = dict(module.named_parameters()) if parameters_only else module.state_dict()
     missing = sorted(set(state) - set(mine))
     unexpected = sorted(set(mine) - set(state))
     if missing or unexpected:
@@ -128,7 +132,7 @@ def load_state_strict(module: nn.Module, state: dict, name: str) -> None:
             raise CheckFailure(
                 f"{name}.{key} has shape {tuple(mine[key].shape)}, expected {tuple(value.shape)}."
             )
-    module.load_state_dict(state)
+    module.load_state_dict(state, strict=not parameters_only)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .._guard import reference
+from ._common import ConcatKVCache
 
 __all__ = ["TinyGPT", "generate"]
 
@@ -26,23 +27,6 @@ def _apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., S, D/2) each
     rotated = torch.stack([x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], dim=-1)  # (..., S, D/2, 2)
     return rotated.flatten(-2)  # (..., S, D), pairs interleaved again
-
-
-class _KVCache:
-    """Keys and values seen so far for one layer, (B, H_kv, T, D_h), grown along dim -2."""
-
-    def __init__(self):
-        self.k = None
-        self.v = None
-
-    @property
-    def seq_len(self) -> int:
-        return 0 if self.k is None else self.k.size(-2)
-
-    def update(self, k_new, v_new):
-        self.k = k_new if self.k is None else torch.cat([self.k, k_new], dim=-2)
-        self.v = v_new if self.v is None else torch.cat([self.v, v_new], dim=-2)
-        return self.k, self.v
 
 
 class _CausalGQA(nn.Module):
@@ -163,7 +147,7 @@ def generate(model, idx, max_new_tokens, use_cache=True):
     (S + max_new_tokens must fit in ``model.max_len``). Without it, every step re-runs the whole
     sequence, cropped to its last ``model.max_len`` tokens.
     """
-    caches = [_KVCache() for _ in model.blocks] if use_cache else None
+    caches = [ConcatKVCache() for _ in model.blocks] if use_cache else None
     for step in range(max_new_tokens):
         if not use_cache:
             logits, _ = model(idx[:, -model.max_len:])  # (B, min(T, max_len), vocab)
