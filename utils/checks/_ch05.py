@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from .. import reference as ref
 from .._guard import ForbiddenCall, unguarded
-from ._core import Case, CheckFailure, Exercise, Mutant, generator, load_state_strict, randn, rng
+from ._core import Case, CheckFailure, Exercise, Mutant, build_module, generator, randn, rng
 from ._forbid import MHA, SDPA
 from ._registry import register
 
@@ -30,20 +30,6 @@ def random_state(module: nn.Module, g: torch.Generator) -> dict:
         scale = 1.0 / math.sqrt(t.shape[-1]) if t.dim() == 2 else 0.1
         state[name] = randn(*t.shape, gen=g, scale=scale)
     return state
-
-
-def build_module(cls, case: Case) -> nn.Module:
-    """Build ``cls`` as ``run_module`` does (seeded ctor, strict state load when given, eval mode)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(case.init.get("seed", 0))
-        module = cls(*case.init.get("ctor", ()), **case.init.get("ctor_kwargs", {}))
-    if not isinstance(module, nn.Module):
-        raise CheckFailure(f"{cls.__name__}(...) should build an nn.Module, got {type(module).__name__}.")
-    state = case.init.get("state")
-    if state is not None:
-        load_state_strict(module, state, cls.__name__)
-    module.eval()
-    return module
 
 
 def _key_padding(batch: int, s_k: int, g: torch.Generator, pad_all: bool = False) -> torch.Tensor:

@@ -95,8 +95,8 @@ def run_function(fn, case: Case):
     return fn(*case.args, **case.kwargs)
 
 
-def run_module(cls, case: Case):
-    """Build ``cls(*ctor)``, load the case's parameters, and call ``forward`` in eval mode."""
+def build_module(cls, case: Case) -> nn.Module:
+    """Build ``cls(*ctor)`` under the case's seed, load the case's parameters, switch to eval mode."""
     ctor = case.init.get("ctor", ())
     ctor_kwargs = case.init.get("ctor_kwargs", {})
     with torch.random.fork_rng():
@@ -108,7 +108,12 @@ def run_module(cls, case: Case):
     if state is not None:
         load_state_strict(module, state, cls.__name__)
     module.eval()
-    return module(*case.args, **case.kwargs)
+    return module
+
+
+def run_module(cls, case: Case):
+    """Build the module (``build_module``) and call ``forward`` on the case's inputs."""
+    return build_module(cls, case)(*case.args, **case.kwargs)
 
 
 def load_state_strict(module: nn.Module, state: dict, name: str, parameters_only: bool = False) -> None:
