@@ -44,7 +44,7 @@ $(STAMP): requirements.txt pyproject.toml
 	    (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || echo "warning: could not install bubblewrap"; \
 	  else echo "warning: bubblewrap (bwrap) not found: grading will run without namespaces"; fi; }
 
-setup: $(STAMP) .sandbox-checked
+setup: $(STAMP)
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -54,16 +54,16 @@ lab: setup
 NBVAL := --nbval --nbval-sanitize-with grader/nbval_sanitize.cfg --nbval-current-env
 
 # One pytest run: the tests of utils and the grader, and every solution notebook under nbval.
-test: setup
+test: setup .sandbox-checked
 	$(BIN)/python -m pytest -q tests solutions $(NBVAL)
 
-test-fast: setup
+test-fast: setup .sandbox-checked
 	$(BIN)/python -m pytest -q tests -m "not slow"
 
 release: setup
 	$(BIN)/python -m grader release
 
-autograde: setup
+autograde: setup .sandbox-checked
 	$(BIN)/python -m grader autograde --submissions "$(SUBMISSIONS)" --reports "$(REPORTS)"
 
 feedback: setup
