@@ -20,8 +20,11 @@ Works headless (any backend, e.g. ``MPLBACKEND=Agg``); this module never selects
 """
 from __future__ import annotations
 
+import functools
 import math
+import re
 import sys
+import unicodedata
 import warnings
 from collections.abc import Mapping
 
@@ -33,7 +36,8 @@ import seaborn as sns
 import torch
 from cycler import cycler
 from matplotlib.colors import BoundaryNorm, ListedColormap, Normalize
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, PathPatch
+from matplotlib.path import Path as MplPath
 from matplotlib.ticker import MaxNLocator
 
 __all__ = [
@@ -45,10 +49,14 @@ __all__ = [
     "plot_lines",
     "plot_cost",
     "plot_histograms",
+    "series_color",
+    "set_colors",
+    "reset_colors",
     "WEIGHTS_CMAP",
     "DIFF_CMAP",
     "MAY_ATTEND_COLOR",
     "MASKED_COLOR",
+    "REFERENCE_COLOR",
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -90,9 +98,6 @@ _STYLE_RC: dict | None = None
 def _style_rc() -> dict:
     global _STYLE_RC
     if _STYLE_RC is None:
-        from matplotlib import font_manager
-
-        installed = {f.name for f in font_manager.fontManager.ttflist}
         rc = {}
         rc.update(sns.axes_style("ticks"))
         rc.update(sns.plotting_context("notebook"))
@@ -100,9 +105,10 @@ def _style_rc() -> dict:
         rc.update(
             {
                 # DejaVu Sans ships with matplotlib: the same glyphs on every machine.
-                "font.sans-serif": ["DejaVu Sans"]
-                + [f for f in _CJK_FONTS if f in installed]
-                + ["sans-serif"],
+                # Installed CJK fonts follow as per-glyph fallbacks (see _text).
+                "font.sans-serif": _font_chain() + ["sans-serif"],
+                "legend.handlelength": 2.6,  # long enough to show a dashed line as dashed
+                "hatch.linewidth": 0.7,
                 "axes.prop_cycle": cycler(color=sns.color_palette("colorblind").as_hex()),
                 "image.cmap": WEIGHTS_CMAP,
                 "axes.spines.top": False,
@@ -168,6 +174,216 @@ def _abs_diff_cmap():
     div = mpl.colormaps[DIFF_CMAP]
     cmap = ListedColormap(div(np.linspace(0.5, 1.0, 256)), name=DIFF_CMAP + "_abs")
     return cmap.with_extremes(bad=NAN_COLOR)
+
+
+# ----------------------------------------------------------------------------------------------
+# Text that every machine can draw: no emoji, no missing glyphs
+# ----------------------------------------------------------------------------------------------
+
+# Emoji are never drawn (STYLE: no emoji in plot text): the planes of pictographs, and the
+# characters of the Basic Multilingual Plane that display as emoji by default
+# (Unicode's Emoji_Presentation), plus the joiners and selectors that build emoji sequences.
+_EMOJI_RANGES = (
+    (0x1F000, 0x1FAFF), (0x1FC00, 0x1FFFD), (0xE0020, 0xE007F), (0xFE00, 0xFE0F),
+    (0x200D, 0x200D), (0x20E3, 0x20E3), (0x231A, 0x231B), (0x23E9, 0x23EC), (0x23F0, 0x23F0),
+    (0x23F3, 0x23F3), (0x25FD, 0x25FE), (0x2614, 0x2615), (0x2648, 0x2653), (0x267F, 0x267F),
+    (0x2693, 0x2693), (0x26A1, 0x26A1), (0x26AA, 0x26AB), (0x26BD, 0x26BE), (0x26C4, 0x26C5),
+    (0x26CE, 0x26CE), (0x26D4, 0x26D4), (0x26EA, 0x26EA), (0x26F2, 0x26F3), (0x26F5, 0x26F5),
+    (0x26FA, 0x26FA), (0x26FD, 0x26FD), (0x2705, 0x2705), (0x270A, 0x270B), (0x2728, 0x2728),
+    (0x274C, 0x274C), (0x274E, 0x274E), (0x2753, 0x2755), (0x2757, 0x2757), (0x2795, 0x2797),
+    (0x27B0, 0x27B0), (0x27BF, 0x27BF), (0x2B1B, 0x2B1C), (0x2B50, 0x2B50), (0x2B55, 0x2B55),
+)
+MISSING_GLYPH = "□"  # stands for a label that no installed font can draw (DejaVu Sans has it)
+_EMPTY_BRACKETS = re.compile(r"\s*(\(\s*\)|（\s*）|\[\s*\]|【\s*】|「\s*」)")
+_DRAWABLE: frozenset | None = None
+
+
+def _is_emoji(cp: int) -> bool:
+    return any(lo <= cp <= hi for lo, hi in _EMOJI_RANGES)
+
+
+def _font_chain() -> list:
+    """The fonts text is drawn with, in fallback order: DejaVu Sans, then installed CJK fonts."""
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    return ["DejaVu Sans"] + [f for f in _CJK_FONTS if f in installed]
+
+
+def _drawable() -> frozenset:
+    """Code points that some font of ``_font_chain()`` has a glyph for (computed once)."""
+    global _DRAWABLE
+    if _DRAWABLE is None:
+        from matplotlib import font_manager, ft2font
+
+        cps = set()
+        for name in _font_chain():
+            try:
+                path = font_manager.findfont(
+                    font_manager.FontProperties(family=name), fallback_to_default=False
+                )
+                cps.update(ft2font.FT2Font(path).get_charmap())
+            except (ValueError, RuntimeError, OSError):  # listed but unreadable: skip it
+                continue
+        _DRAWABLE = frozenset(cps)
+    return _DRAWABLE
+
+
+def _drawable_part(s: str) -> str:
+    drawable = _drawable()
+    kept, dropped = [], False
+    for ch in s:
+        cp = ord(ch)
+        if _is_emoji(cp) or (cp >= 32 and cp not in drawable and ch not in "\n\t"):
+            dropped = True
+        else:
+            kept.append(ch)
+    if not dropped:
+        return s
+    out = _EMPTY_BRACKETS.sub("", "".join(kept))  # "variance（方差）" -> "variance"
+    out = re.sub(r"[ \t]{2,}", " ", out).strip()
+    return out
+
+
+def _text(s) -> str:
+    """Text as the figure will show it: emoji removed, characters that no installed font can draw
+    removed (a label left empty becomes MISSING_GLYPH), so that matplotlib never writes a
+    "Glyph ... missing" warning to stderr. Mathtext between $...$ is left to matplotlib."""
+    if s is None:
+        return None
+    s = str(s)
+    if s == "":
+        return s
+    dollars = s.count("$") - s.count(r"\$")
+    if dollars > 0 and dollars % 2 == 0:  # matplotlib draws this as mathtext: clean outside $..$
+        parts = re.split(r"(?<!\\)\$", s)
+        out = "$".join(p if i % 2 else _drawable_part(p) for i, p in enumerate(parts))
+    else:
+        out = _drawable_part(s)
+    return out if out.strip() or not s.strip() else MISSING_GLYPH
+
+
+# ----------------------------------------------------------------------------------------------
+# Colours by group, reference (theory) lines
+# ----------------------------------------------------------------------------------------------
+
+_PALETTE = [c for c in sns.color_palette("colorblind").as_hex() if c != "#949494"]  # no grey
+REFERENCE_COLOR = "#3b3b3b"  # theory / reference lines that belong to no group: dark grey
+REFERENCE_DASHES = (0, (5.0, 2.5))  # dashed, with gaps through which the line below shows
+_REFERENCE_WORDS = ("theory", "theoretical", "reference", "ref", "uniform", "ideal", "bound")
+_COLORS: dict = {}  # group -> colour, for the whole session (every figure of a notebook)
+
+
+def series_color(group) -> str:
+    """The colour of a group (or series name) in every figure of this session.
+
+    The first group drawn gets the palette's first colour, the next group the next one, and so
+    on; a group keeps its colour in every later figure (so "scaled" has one colour in the whole
+    notebook). Pin colours with ``set_colors``; start over with ``reset_colors``.
+    """
+    key = str(group)
+    if key not in _COLORS:
+        used = set(_COLORS.values())
+        free = [c for c in _PALETTE if c not in used]
+        _COLORS[key] = free[0] if free else _PALETTE[len(_COLORS) % len(_PALETTE)]
+    return _COLORS[key]
+
+
+def set_colors(mapping=None, **colors):
+    """Pin colours by group name, e.g. ``set_colors({"unscaled": "C0", "scaled": "C1"})`` at the
+    top of a notebook. Any matplotlib colour works. Returns the current group -> colour dict."""
+    for key, c in {**dict(mapping or {}), **colors}.items():
+        _COLORS[str(key)] = mpl.colors.to_hex(c)
+    return dict(_COLORS)
+
+
+def reset_colors():
+    """Forget every group's colour (the next figure starts from the palette's first colour)."""
+    _COLORS.clear()
+
+
+def _darker(color, amount=0.35):
+    r, g, b = mpl.colors.to_rgb(color)
+    return mpl.colors.to_hex((r * (1 - amount), g * (1 - amount), b * (1 - amount)))
+
+
+def _auto_group(name: str) -> str:
+    """"unscaled: 90th percentile" belongs to group "unscaled"; a name without ": " is its own."""
+    head, sep, _ = name.partition(": ")
+    return head.strip() if sep and head.strip() else name
+
+
+def _is_reference_name(name: str) -> bool:
+    m = re.match(r"[A-Za-z]+", name.strip().lower())
+    return bool(m) and m.group(0) in _REFERENCE_WORDS
+
+
+def _series_styles(names, func, reference=None, groups=None):
+    """name -> dict(color, reference, group) for the series of one plot.
+
+    reference: None finds theory / reference series by name ("theory: d_k", "uniform: 1/32",
+      "reference", ...); or the exact names (an iterable of str; () for none).
+    groups: None, or a dict name -> group. Series of one group share a colour (a band's two
+      edges, a measurement and its theory). By default "group: detail" names are grouped by
+      the text before ": " and every other name is its own group. Theory / reference series
+      that no ``groups`` entry puts in a group are drawn in dark grey.
+    """
+    names = list(names)
+    if reference is None:
+        ref = {n for n in names if _is_reference_name(n)}
+    else:
+        if isinstance(reference, str):
+            reference = [reference]
+        ref = {str(n) for n in reference}
+        unknown = sorted(ref - set(names))
+        if unknown:
+            raise ValueError(
+                f"{func}: reference names {unknown} are not series; the series are {names}"
+            )
+    if groups is None:
+        groups = {}
+    if not isinstance(groups, Mapping):
+        raise ValueError(
+            f"{func}: groups must be a dict series name -> group name, e.g. "
+            f"{{'var(q·k), measured': 'unscaled', 'theory: d_k': 'unscaled'}}; "
+            f"got {type(groups).__name__}"
+        )
+    groups = {str(k): str(v) for k, v in groups.items()}
+    unknown = sorted(set(groups) - set(names))
+    if unknown:
+        raise ValueError(f"{func}: groups names {unknown} are not series; the series are {names}")
+    styles, used = {}, {}
+    for n in names:
+        explicit = n in groups
+        group = groups.get(n, _auto_group(n))
+        is_ref = n in ref
+        if is_ref and not explicit:
+            color = REFERENCE_COLOR
+        else:
+            color = series_color(group)
+            # a group beyond the palette may repeat a colour: never twice in one figure
+            if used.get(color, group) != group:
+                free = [c for c in _PALETTE if c not in used]
+                color = free[0] if free else color
+            used[color] = group
+            if is_ref:
+                color = _darker(color)  # visible on top of its own group's measured line
+        styles[n] = {"color": color, "reference": is_ref, "group": group}
+    return styles
+
+
+def _plot_series(ax, x, y, label, style, marker, markers=True):
+    """One curve: measured series solid with markers; reference series dashed, no markers, on
+    top of the measured ones (zorder), with its own legend entry."""
+    if style["reference"]:
+        return ax.plot(
+            x, y, color=style["color"], linestyle=REFERENCE_DASHES, linewidth=1.4,
+            marker=None, zorder=3.0, label=label,
+        )[0]
+    return ax.plot(
+        x, y, color=style["color"], marker=marker if markers else None, markersize=4.5,
+        linewidth=1.6, zorder=2.0, label=label,
+    )[0]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -252,7 +468,7 @@ def _clean_label(s: str) -> str:
     if s.strip() == "":  # a pure-whitespace token: make it visible
         return s.replace(" ", "␣").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
     s = s.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    return s.replace("$", r"\$")  # "$" would start matplotlib mathtext
+    return _text(s.replace("$", r"\$"))  # "$" would start matplotlib mathtext
 
 
 def _labels(labels, n: int, func: str, which: str, axis_name: str, legend: str):
@@ -341,17 +557,83 @@ def _tick_fontsize(n: int) -> float:
     return base if n <= 24 else max(5.0, base * 24 / n)
 
 
+XTICK_ROTATION = 45  # the one angle of rotated x tick labels, in every function
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_width_pt(s: str, size: float) -> float:
+    """Width of a one-line label in points, measured with the course's fonts."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import text_to_path
+
+    prop = FontProperties(family=_font_chain(), size=size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # only measuring: labels are drawable (see _text)
+        try:
+            return float(text_to_path.get_text_width_height_descent(s, prop, ismath=False)[0])
+        except Exception:  # a font problem must not stop a plot: estimate instead
+            wide = sum(1.0 if unicodedata.east_asian_width(ch) in "WF" else 0.7 for ch in s)
+            return size * wide
+
+
+def _xticks_fit_flat(texts, gaps_pt, size) -> bool:
+    widths = [_label_width_pt(t, size) for t in texts]
+    return all(
+        (widths[i] + widths[i + 1]) / 2 + 0.35 * size <= gaps_pt[i] for i in range(len(texts) - 1)
+    )
+
+
+def _orient_xticklabels(ax, rotate: bool):
+    """The one rule for x tick labels, used by every function: horizontal and centred when each
+    label fits between its neighbours; otherwise all rotated by XTICK_ROTATION degrees with their
+    right end at their tick (so a label always points at its own column)."""
+    if rotate:
+        ax.tick_params(axis="x", labelrotation=XTICK_ROTATION)
+        for t in ax.get_xticklabels():
+            t.set_horizontalalignment("right")
+            t.set_rotation_mode("anchor")
+    else:
+        ax.tick_params(axis="x", labelrotation=0)
+
+
+def _matrix_axis_ticks(n, slot_pt, labels, x: bool):
+    """Which labels a matrix axis shows (step) and at what size, so that none touch: every label
+    up to ~40 tokens at readable sizes; beyond that every step-th label. Returns (step, size,
+    rotate)."""
+    step = max(1, math.ceil(n / 64))
+    while True:
+        shown = [labels[i] for i in range(0, n, step)]
+        size = _tick_fontsize(len(shown))
+        gap = slot_pt * step
+        if not x:
+            if gap >= 1.25 * size or step >= n:
+                return step, size, False
+        else:
+            if _xticks_fit_flat(shown, [gap] * len(shown), size):
+                return step, size, False
+            # rotated labels are parallel lines: their spacing across the text must exceed a line
+            if gap * math.sin(math.radians(XTICK_ROTATION)) >= 1.3 * size or step >= n:
+                return step, size, True
+        step += 1
+
+
 def _set_matrix_ticks(ax, n_rows, n_cols, x_labels, y_labels, show_x=True, show_y=True):
-    for axis, n, labels, show in (
-        (ax.xaxis, n_cols, x_labels, show_x),
-        (ax.yaxis, n_rows, y_labels, show_y),
+    """Positional ticks (one per row / column) carrying the given labels: repeated tokens such as
+    "<pad>" each keep their own tick and label."""
+    w_in, h_in = _axes_size_in(ax)
+    w_pt, h_pt = 0.85 * w_in * 72, 0.85 * h_in * 72  # before layout: be conservative
+    rotate = False
+    for axis, n, labels, show, slot, is_x in (
+        (ax.xaxis, n_cols, x_labels, show_x, w_pt / n_cols, True),
+        (ax.yaxis, n_rows, y_labels, show_y, h_pt / n_rows, False),
     ):
         if labels is not None:
-            step = max(1, math.ceil(n / 64))  # beyond 64 tokens show every step-th label
+            step, size, rot = _matrix_axis_ticks(n, slot, labels, is_x)
             idx = list(range(0, n, step))
-            axis.set_ticks(idx)
             shown = [labels[i] for i in idx] if show else []
-            axis.set_ticklabels(shown, fontsize=_tick_fontsize(len(idx)))
+            axis.set_ticks(idx, labels=shown if show else [""] * len(idx), fontsize=size)
+            if is_x and show:
+                rotate = rot
         else:
             if n <= 20:
                 axis.set_ticks(range(n))
@@ -360,20 +642,7 @@ def _set_matrix_ticks(ax, n_rows, n_cols, x_labels, y_labels, show_x=True, show_
             if not show:
                 axis.set_ticklabels([])
     ax.tick_params(length=2, pad=2)
-
-
-def _rotate_if_crowded(ax, x_labels):
-    """Rotate the key labels when they would not fit side by side under their columns."""
-    w_in, _ = _axes_size_in(ax)
-    n_shown = len(ax.get_xticks())
-    longest = max(len(s) for s in x_labels)
-    text_w = longest * 0.62 * _tick_fontsize(n_shown) / 72
-    if text_w > 0.9 * w_in / max(n_shown, 1):
-        ax.tick_params(axis="x", labelrotation=90 if longest <= 2 else 45)
-        if longest > 2:
-            for t in ax.get_xticklabels():
-                t.set_horizontalalignment("right")
-                t.set_rotation_mode("anchor")
+    _orient_xticklabels(ax, rotate)
 
 
 class _CellText(mtext.Text):
@@ -397,12 +666,14 @@ class _CellText(mtext.Text):
         super().draw(renderer)
 
 
-def _annotate_cells(ax, data, cmap, norm, fmt):
+def _annotate_cells(ax, data, cmap, norm, fmt, skip=None):
     n_rows, n_cols = data.shape
     texts = [[format(v, fmt) if np.isfinite(v) else str(v) for v in row] for row in data]
     longest = max(len(t) for row in texts for t in row)
     for i in range(n_rows):
         for j in range(n_cols):
+            if skip is not None and skip[i, j]:
+                continue
             v = data[i, j]
             color = "black"
             if np.isfinite(v):
@@ -410,6 +681,81 @@ def _annotate_cells(ax, data, cmap, norm, fmt):
                 color = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
             cell = _CellText(j, i, texts[i][j], n_rows, n_cols, longest, color=color, fontsize=9)
             ax.add_artist(cell)
+
+
+MASKED_HATCH = "////"
+MASKED_HATCH_COLOR = "#8c8c8c"
+
+
+def _cells_path(cells):
+    """One compound path covering the True cells of a (rows, cols) bool array (a rectangle per
+    horizontal run), so a large mask is a single artist."""
+    verts, codes = [], []
+    for i, row in enumerate(cells):
+        j, n = 0, len(row)
+        while j < n:
+            if not row[j]:
+                j += 1
+                continue
+            start = j
+            while j < n and row[j]:
+                j += 1
+            x0, x1, y0, y1 = start - 0.5, j - 0.5, i - 0.5, i + 0.5
+            verts += [(x0, y0), (x1, y0), (x1, y1), (x0, y1), (x0, y0)]
+            codes += [MplPath.MOVETO, MplPath.LINETO, MplPath.LINETO, MplPath.LINETO,
+                      MplPath.CLOSEPOLY]
+    return MplPath(verts, codes) if verts else None
+
+
+def _masked_legend_handle():
+    return Patch(facecolor=MASKED_COLOR, edgecolor=MASKED_HATCH_COLOR, linewidth=0.0,
+                 hatch=MASKED_HATCH, label="masked (may not attend)")
+
+
+def _draw_masked_cells(ax, data, mask):
+    """Masked cells (mask False) in their own look, never a colour of the colormap: light grey
+    with grey hatching. A masked cell that holds a non-zero weight (a bug) keeps its colour under
+    the hatching. Returns the cells whose value is hidden (not to be annotated)."""
+    masked = ~mask
+    hidden = masked & np.isfinite(data) & (np.abs(data) <= 1e-6)
+    if hidden.any():
+        rgba = np.zeros(data.shape + (4,))
+        rgba[hidden] = mpl.colors.to_rgba(MASKED_COLOR)
+        ax.imshow(rgba, aspect="auto", interpolation="nearest", zorder=0.6)
+    path = _cells_path(masked)
+    if path is not None:
+        ax.add_patch(PathPatch(path, facecolor="none", edgecolor=MASKED_HATCH_COLOR,
+                               linewidth=0.0, hatch=MASKED_HATCH, zorder=0.8))
+    return hidden
+
+
+def _mask_for(mask, shape, func, what):
+    """A bool mask (True = may attend) broadcast to ``shape``, or None."""
+    if mask is None:
+        return None
+    m = _bool_mask(mask, func)
+    while m.ndim > len(shape) and m.shape[0] == 1:
+        m = m[0]
+    try:
+        return np.broadcast_to(m, shape)
+    except ValueError:
+        raise ValueError(
+            f"{func}: mask has shape {_fmt_shape(m.shape)}, which does not broadcast to {what} "
+            f"{_fmt_shape(shape)}; give a bool mask (True = may attend) of shape (S_q, S_k) "
+            "or one that broadcasts to it, e.g. (1, S_k) for padding"
+        ) from None
+
+
+def _check_masked_weights(data, mask, func):
+    if mask is None:
+        return
+    leak = ~mask & np.isfinite(data) & (np.abs(data) > 1e-6)
+    if leak.any():
+        _warn(
+            f"{func}: {int(leak.sum())} masked cell(s) hold a non-zero weight "
+            f"(largest {np.abs(data[leak]).max():.3g}); a masked key should get weight 0. "
+            "They are drawn in colour under the hatching."
+        )
 
 
 def _heatmap(
@@ -427,21 +773,21 @@ def _heatmap(
     title=None,
     show_x=True,
     show_y=True,
+    mask=None,
 ):
     im = ax.imshow(data, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
     for spine in ax.spines.values():
         spine.set_visible(False)
     _set_matrix_ticks(ax, data.shape[0], data.shape[1], x_labels, y_labels, show_x, show_y)
+    hidden = _draw_masked_cells(ax, data, mask) if mask is not None else None
     if xlabel:
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel(_text(xlabel))
     if ylabel:
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(_text(ylabel))
     if title:
-        ax.set_title(title)
-    if x_labels is not None and show_x:
-        _rotate_if_crowded(ax, x_labels)
+        ax.set_title(_text(title))
     if annotate:
-        _annotate_cells(ax, data, cmap, norm, fmt)
+        _annotate_cells(ax, data, cmap, norm, fmt, skip=hidden)
     return im
 
 
@@ -494,6 +840,7 @@ def plot_attention(
     cbar_label="weight",
     fmt=".2f",
     figsize=None,
+    mask=None,
 ):
     """Heatmap of one attention map: rows are queries, columns are keys.
 
@@ -504,14 +851,22 @@ def plot_attention(
 
     ``annotate=None`` writes each value in its cell when the matrix is at most 10 x 10.
     ``vmin=0.0`` suits weights; pass ``vmin=None`` for raw scores. ``vmax=None`` is the data max.
-    NaN/inf cells are drawn grey (with a warning). If ``ax`` is given, draws there and returns
-    ``ax.figure``. Returns the ``Figure``.
+    NaN/inf cells are drawn grey (with a warning).
+
+    ``mask`` (bool, True = may attend, broadcastable to (S_q, S_k), e.g. (1, S_k) for padding)
+    draws the masked cells light grey and hatched, never in a colour of the colormap, with a
+    legend entry, so that "masked" and "a small weight" look different. A masked cell holding a
+    non-zero weight keeps its colour under the hatching (with a warning).
+
+    If ``ax`` is given, draws there and returns ``ax.figure``. Returns the ``Figure``.
     """
     data = _matrix(weights, "plot_attention", "weights")
     S_q, S_k = data.shape
     xl = _labels(x_labels, S_k, "plot_attention", "x_labels", "key", "S_k")
     yl = _labels(y_labels, S_q, "plot_attention", "y_labels", "query", "S_q")
+    m = _mask_for(mask, data.shape, "plot_attention", "weights")
     _report_nonfinite(data, "plot_attention", "weights")
+    _check_masked_weights(data, m, "plot_attention")
     with set_style():
         owned = ax is None
         if owned:
@@ -525,12 +880,24 @@ def plot_attention(
         im = _heatmap(
             ax, data, cmap=cm, norm=norm, x_labels=xl, y_labels=yl,
             annotate=_auto_annotate(annotate, data.shape), fmt=fmt,
-            xlabel=xlabel, ylabel=ylabel, title=title,
+            xlabel=xlabel, ylabel=ylabel, title=title, mask=m,
         )
         cbar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
-        cbar.set_label(cbar_label)
+        cbar.set_label(_text(cbar_label))
         cbar.outline.set_visible(False)
+        if m is not None and not m.all():
+            _mask_legend(fig, ax, owned)
     return _finish(fig, owned)
+
+
+def _mask_legend(fig, ax, owned):
+    """The legend entry of masked cells: under the figure when we own it, else above the axes."""
+    kw = dict(handles=[_masked_legend_handle()], handlelength=1.6, handleheight=1.2,
+              borderaxespad=0.0)
+    if owned:
+        fig.legend(loc="outside lower right", **kw)
+    else:
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.01), **kw)
 
 
 def plot_heads(
@@ -550,6 +917,7 @@ def plot_heads(
     ylabel="query",
     cbar_label="weight",
     figsize=None,
+    mask=None,
 ):
     """All heads of one example in a grid, on one shared colour scale (one colorbar).
 
@@ -559,6 +927,9 @@ def plot_heads(
         titles    H titles, default "head 0", "head 1", ...
 
     ``vmin=0.0`` / ``vmax=None`` (the max over all heads) set the shared scale.
+    ``mask`` (bool, True = may attend; (S_q, S_k), (H, S_q, S_k) or anything that broadcasts
+    to them) draws masked cells hatched grey in every panel, as in ``plot_attention``, with one
+    legend entry for the figure.
     Returns the ``Figure`` (H panels + 1 colorbar).
     """
     func = "plot_heads"
@@ -590,14 +961,16 @@ def plot_heads(
     if titles is None:
         titles = [f"head {h}" for h in range(H)]
     else:
-        titles = [str(t) for t in titles]
+        titles = [_text(t) for t in titles]
         if len(titles) != H:
             raise ValueError(
                 f"{func}: titles has {len(titles)} entries but there are H = {H} heads"
             )
     if isinstance(ncols, bool) or not isinstance(ncols, (int, np.integer)) or ncols < 1:
         raise ValueError(f"{func}: ncols must be a positive int; got {ncols!r}")
+    m = _mask_for(mask, arr.shape, func, "weights (H, S_q, S_k)")
     _report_nonfinite(arr, func, "weights")
+    _check_masked_weights(arr, m, func)
     ncols = min(int(ncols), H)
     nrows = math.ceil(H / ncols)
     panel = float(np.clip(0.24 * max(S_q, S_k) + 1.3, 2.2, 3.4))
@@ -617,6 +990,7 @@ def plot_heads(
                 annotate=bool(annotate), fmt=fmt,
                 xlabel=None if below else xlabel, ylabel=ylabel if c == 0 else None,
                 title=titles[h], show_x=not below, show_y=c == 0,
+                mask=None if m is None else m[h],
             )
             used.append(ax)
         for h in range(H, nrows * ncols):
@@ -624,10 +998,12 @@ def plot_heads(
         cbar = fig.colorbar(
             im, ax=used, fraction=0.05 / ncols**0.5, pad=0.02, shrink=min(1.0, 0.5 + 0.25 * nrows)
         )
-        cbar.set_label(cbar_label)
+        cbar.set_label(_text(cbar_label))
         cbar.outline.set_visible(False)
         if suptitle:
-            fig.suptitle(suptitle)
+            fig.suptitle(_text(suptitle))
+        if m is not None and not m.all():
+            _mask_legend(fig, None, True)
     return _finish(fig, True)
 
 
@@ -800,7 +1176,7 @@ def plot_compare(
         dbar = fig.colorbar(dim, ax=ax_d, fraction=0.05, pad=0.03)
         dbar.outline.set_visible(False)
         if title:
-            fig.suptitle(title)
+            fig.suptitle(_text(title))
     return _finish(fig, True)
 
 
@@ -844,15 +1220,14 @@ def _integer_log_ticks(ax, x):
     """On a log x axis, label the actual sizes (64, 128, ...) instead of powers of ten."""
     xs = np.unique(x[np.isfinite(x) & (x > 0)])
     if 1 < len(xs) <= 12 and np.allclose(xs, np.round(xs)):
-        ax.set_xticks(xs)
-        ax.set_xticklabels([str(int(round(v))) for v in xs])
+        texts = [str(int(round(v))) for v in xs]
+        ax.set_xticks(xs, labels=texts)
         ax.xaxis.set_minor_locator(mpl.ticker.NullLocator())
-        # Rotate only when neighbouring labels would touch (positions are even in log(x)).
-        lens = np.array([len(str(int(round(v)))) for v in xs])
-        pos = np.log(xs) / (np.log(xs[-1]) - np.log(xs[0])) * 0.9 * _axes_size_in(ax)[0]
-        char_w = 0.62 * _FONT_SIZES["xtick.labelsize"] / 72
-        if (np.diff(pos) < (lens[1:] + lens[:-1]) / 2 * char_w + 0.08).any():
-            ax.tick_params(axis="x", labelrotation=45)
+        # positions are even in log(x); before layout, assume 85% of the axes is usable
+        span = np.log(xs[-1]) - np.log(xs[0])
+        pos_pt = np.log(xs) / span * 0.85 * _axes_size_in(ax)[0] * 72
+        size = _FONT_SIZES["xtick.labelsize"]
+        _orient_xticklabels(ax, not _xticks_fit_flat(texts, np.diff(pos_pt), size))
 
 
 def _check_positive(func, which, name, values):
@@ -876,7 +1251,7 @@ def _curve_axes(ax, figsize, default=(5.2, 3.6)):
 
 def plot_lines(
     x, series, xlabel="", ylabel="", title=None, logx=False, logy=False, ax=None, markers=True,
-    *, figsize=None,
+    *, figsize=None, reference=None, groups=None,
 ):
     """Curves of several named series against one x, e.g. variance of q·k vs d_k.
 
@@ -884,12 +1259,24 @@ def plot_lines(
         x       (N,)
         series  dict name -> (N,) values (lists, arrays or tensors; None / NaN leaves a gap)
 
+    Theory and reference series are drawn dashed, without markers and on top of the measured
+    ones, each with its own legend entry. ``reference=None`` recognises them by name (a name
+    starting with "theory", "reference", "uniform", "ideal" or "bound", e.g. "theory: d_k");
+    or pass their names, e.g. ``reference=["d_k"]`` (``()`` for none).
+
+    Colours go by group and stay the same in every figure of the session (``series_color``):
+    ``groups`` maps a series name to a group name, e.g. ``{"theory: d_k": "unscaled"}`` to draw
+    a theory line in its measurement's colour (a darker shade). Without it, "name: detail"
+    series share the colour of "name" (a band's two edges "unscaled: 10th percentile" and
+    "unscaled: 90th percentile"), and every other series is its own group.
+
     ``logx`` / ``logy`` switch to log axes (integer x such as d_k = 16, 32, ... is labelled as
     is). If ``ax`` is given, draws there and returns ``ax.figure``. Returns the ``Figure``.
     """
     func = "plot_lines"
     xs = _vector(x, func, "x")
     ser = _series(series, len(xs), func, "x")
+    styles = _series_styles(ser, func, reference, groups)
     if logx:
         _check_positive(func, "the x axis", "x", xs)
     if logy:
@@ -897,19 +1284,22 @@ def plot_lines(
             _check_positive(func, "the y axis", f"series {name!r}", y)
     with set_style():
         fig, ax, owned = _curve_axes(ax, figsize)
-        for i, (name, y) in enumerate(ser.items()):
-            marker = _MARKERS[i % len(_MARKERS)] if markers else None
-            ax.plot(xs, y, marker=marker, markersize=4.5, label=name)
+        k = 0
+        for name, y in ser.items():
+            marker = None
+            if not styles[name]["reference"]:
+                marker, k = _MARKERS[k % len(_MARKERS)], k + 1
+            _plot_series(ax, xs, y, _text(name), styles[name], marker, markers)
         if logx:
             ax.set_xscale("log")
             _integer_log_ticks(ax, xs)
         if logy:
             ax.set_yscale("log")
         ax.grid(True, which="major", alpha=0.35, linewidth=0.8)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set_xlabel(_text(xlabel))
+        ax.set_ylabel(_text(ylabel))
         if title:
-            ax.set_title(title)
+            ax.set_title(_text(title))
         if len(ser) > 1 or list(ser)[0]:
             ax.legend()
     return _finish(fig, owned)
@@ -925,48 +1315,108 @@ def _loglog_slope(sizes, costs):
     return float(slope)
 
 
+def _bytes_unit(series):
+    """The binary unit in which the largest value of a dict of byte counts reads best."""
+    finite = np.concatenate([v[np.isfinite(v)] for v in series.values()])
+    top = float(np.abs(finite).max()) if finite.size else 0.0
+    for unit, factor in (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
+        if top >= factor:
+            return unit, factor
+    return "bytes", 1.0
+
+
+def _cost_panel(ax, xs, ser, styles, markers_of, slopes, xlabel, ylabel):
+    for name, y in ser.items():
+        label = _text(name)
+        if slopes:
+            s = _loglog_slope(xs, y)
+            label = f"{label} (slope {s:.1f})" if np.isfinite(s) else f"{label} (slope n/a)"
+        _plot_series(ax, xs, y, label, styles[name], markers_of[name])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _integer_log_ticks(ax, xs)
+    ax.grid(True, which="major", alpha=0.35, linewidth=0.8)
+    ax.set_xlabel(_text(xlabel))
+    ax.set_ylabel(_text(ylabel))
+
+
 def plot_cost(
     sizes, costs, ylabel="time (s)", title=None, slopes=True, ax=None,
-    *, xlabel="sequence length", figsize=None,
+    *, xlabel="sequence length", figsize=None, memory=None, memory_ylabel=None,
+    reference=None, groups=None,
 ):
-    """Measured cost vs sequence length on log-log axes, one curve per method.
+    """Measured cost vs sequence length on log-log axes, one curve per method; with ``memory``,
+    time and peak memory side by side.
 
     Shapes:
-        sizes  (N,)  sequence lengths
-        costs  dict name -> (N,) costs (seconds, bytes, ...); None / NaN for a size not measured
+        sizes   (N,)  sequence lengths
+        costs   dict name -> (N,) costs (seconds, ...); None / NaN for a size not measured
+        memory  dict name -> (N,) peak memory in bytes (optional); drawn in a second panel
+                on the right, in KiB / MiB / GiB as suits the largest value (or, with
+                ``memory_ylabel``, as given, unscaled)
 
     With ``slopes=True`` each legend entry carries the least-squares slope of log(cost) against
-    log(size), e.g. "full (slope 2.0)": 1 means linear, 2 quadratic. Returns the ``Figure``.
+    log(size), e.g. "full (slope 2.0)": 1 means linear, 2 quadratic; in both panels. A method
+    has the same colour and marker in both panels. ``reference`` and ``groups`` work as in
+    ``plot_lines`` (e.g. a dashed "reference: S²" line). With ``memory``, ``title`` is the
+    figure's title and ``ax`` (if given) must be two axes, (time, memory).
+    Returns the ``Figure``.
     """
     func = "plot_cost"
     xs = _vector(sizes, func, "sizes")
     ser = _series(costs, len(xs), func, "sizes")
+    mem = None
+    if memory is not None:
+        mem = _series(memory, len(xs), func, "sizes")
+        if memory_ylabel is None:
+            unit, factor = _bytes_unit(mem)
+            mem = {k: v / factor for k, v in mem.items()}
+            memory_ylabel = f"peak memory ({unit})"
     _check_positive(func, "the x axis", "sizes", xs)
-    for name, y in ser.items():
-        _check_positive(func, "the y axis", f"costs {name!r}", y)
+    for what, data in (("costs", ser), ("memory", mem or {})):
+        for name, y in data.items():
+            _check_positive(func, "the y axis", f"{what} {name!r}", y)
+    names = list(ser) + [n for n in (mem or {}) if n not in ser]
+    styles = _series_styles(names, func, reference, groups)
+    markers_of, k = {}, 0
+    for n in names:
+        markers_of[n] = None if styles[n]["reference"] else _MARKERS[k % len(_MARKERS)]
+        k += 0 if styles[n]["reference"] else 1
     with set_style():
-        fig, ax, owned = _curve_axes(ax, figsize, default=(6.6, 3.6))
-        for i, (name, y) in enumerate(ser.items()):
-            label = name
-            if slopes:
-                s = _loglog_slope(xs, y)
-                label = f"{name} (slope {s:.1f})" if np.isfinite(s) else f"{name} (slope n/a)"
-            ax.plot(xs, y, marker=_MARKERS[i % len(_MARKERS)], markersize=4.5, label=label)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        _integer_log_ticks(ax, xs)
-        ax.grid(True, which="major", alpha=0.35, linewidth=0.8)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        if mem is None:
+            fig, ax, owned = _curve_axes(ax, figsize, default=(6.6, 3.6))
+            _cost_panel(ax, xs, ser, styles, markers_of, slopes, xlabel, ylabel)
+            if title:
+                ax.set_title(_text(title))
+            _legend_outside(ax)
+            return _finish(fig, owned)
+        if ax is None:
+            fig, axes = _new_figure(figsize or (10.4, 4.0), 1, 2, sharex=True)
+            ax_t, ax_m = axes[0]
+            owned = True
+        else:
+            pair = list(np.ravel(np.asarray(ax, dtype=object)))
+            if len(pair) != 2 or not all(isinstance(a, mpl.axes.Axes) for a in pair):
+                raise ValueError(
+                    f"{func}: with memory=, ax must be two axes (time, memory), e.g. from "
+                    "plt.subplots(1, 2); or leave ax=None"
+                )
+            ax_t, ax_m = pair
+            fig, owned = _root_figure(ax_t), False
+        _cost_panel(ax_t, xs, ser, styles, markers_of, slopes, xlabel, ylabel)
+        _cost_panel(ax_m, xs, mem, styles, markers_of, slopes, xlabel, memory_ylabel)
+        ax_t.set_title("time")
+        ax_m.set_title("peak memory")
+        for a in (ax_t, ax_m):
+            a.legend(loc="best")
         if title:
-            ax.set_title(title)
-        _legend_outside(ax)
+            fig.suptitle(_text(title))
     return _finish(fig, owned)
 
 
 def plot_histograms(
     samples, bins=50, xlabel="", title=None, ax=None,
-    *, density=False, stats=True, logy=False, figsize=None,
+    *, density=False, stats=True, logy=False, figsize=None, groups=None,
 ):
     """Overlaid histograms of named samples on shared bins, e.g. q·k with and without scaling.
 
@@ -976,6 +1426,8 @@ def plot_histograms(
 
     NaN/inf values are dropped with a warning. ``stats=True`` adds the mean and std to each
     legend entry; ``density=True`` normalises each histogram (for unequal sample sizes).
+    Colours go by group as in ``plot_lines`` (``groups`` maps a name to a group, e.g.
+    ``{"q·k/√d_k": "scaled"}`` to match the "scaled" curves elsewhere).
     If ``ax`` is given, draws there and returns ``ax.figure``. Returns the ``Figure``.
     """
     func = "plot_histograms"
@@ -1003,20 +1455,21 @@ def plot_histograms(
         edges = np.histogram_bin_edges(np.concatenate(list(data.values())), bins=int(bins))
     else:
         edges = _vector(bins, func, "bins")
+    styles = _series_styles(data, func, reference=(), groups=groups)
     with set_style():
         fig, ax, owned = _curve_axes(ax, figsize, default=(6.6, 3.6))
-        colors = sns.color_palette("colorblind").as_hex()
-        for i, (name, arr) in enumerate(data.items()):
-            label = f"{name}\nmean {arr.mean():.3g}, std {arr.std():.3g}" if stats else name
-            c = colors[i % len(colors)]
-            kw = dict(bins=edges, density=density, color=c)
+        for name, arr in data.items():
+            label = _text(name)
+            if stats:
+                label = f"{label}\nmean {arr.mean():.3g}, std {arr.std():.3g}"
+            kw = dict(bins=edges, density=density, color=styles[name]["color"])
             ax.hist(arr, histtype="stepfilled", alpha=0.35, edgecolor="none", **kw)  # fill
             ax.hist(arr, histtype="step", linewidth=1.3, label=label, **kw)  # outline
         if logy:
             ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel(_text(xlabel))
         ax.set_ylabel("density" if density else "count")
         if title:
-            ax.set_title(title)
+            ax.set_title(_text(title))
         _legend_outside(ax)
     return _finish(fig, owned)
