@@ -6,13 +6,17 @@ rcParams behind.
 import ast
 import inspect
 import io
+import math
+import unicodedata
 import warnings
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
+import matplotlib.text as mtext
 import numpy as np
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 import utils.plotting as P
@@ -22,9 +26,11 @@ TOKENS = ["the", "cat", "sat", "on"]
 
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """Every test: seeded, and leaves no figure open in pyplot and no rcParams changed."""
+    """Every test: seeded, colours from a fresh start, and leaves no figure open in pyplot and no
+    rcParams changed."""
     torch.manual_seed(0)
     np.random.seed(0)
+    P.reset_colors()
     plt.close("all")
     before = dict(mpl.rcParams)
     yield
@@ -42,6 +48,23 @@ def weights(*shape, grad=False, seed=0):
 
 def tick_texts(axis):
     return [t.get_text() for t in axis.get_ticklabels()]
+
+
+def rendered(fig):
+    """Draw the figure with Agg and return (RGB image as an array, renderer)."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].astype(int), canvas.get_renderer()
+
+
+def pixel(fig, img, ax, x, y):
+    """The RGB colour drawn at data point (x, y) of ax."""
+    px, py = ax.transData.transform((x, y))
+    return img[int(round(img.shape[0] - py)), int(round(px))]
+
+
+def close_to(rgb, color, tol=40):
+    return np.abs(rgb - np.array(mpl.colors.to_rgb(color)) * 255).max() <= tol
 
 
 def png_bytes(fig):
@@ -407,6 +430,432 @@ def test_curves_on_a_given_ax():
         assert fig.number in plt.get_fignums()
     finally:
         plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------
+# Fair plots: reference lines, colours by group, labels, masked cells, memory, fonts
+# ----------------------------------------------------------------------------------------------
+
+D_KS = [2**i for i in range(10)]
+
+
+def variance_plot(**kw):
+    """Chapter 03's variance plot, as its solution notebook calls it (theory = measurement)."""
+    return P.plot_lines(
+        D_KS, {"theory: d_k": D_KS, "var(q·k), measured": D_KS,
+               "theory: 1": [1.0] * len(D_KS), "var(q·k / √d_k), measured": [1.0] * len(D_KS)},
+        xlabel="d_k", ylabel="variance", title="variance of the score vs d_k",
+        logx=True, logy=True, **kw,
+    )
+
+
+def test_reference_lines_are_dashed_on_top_with_their_own_legend_entry():
+    fig = variance_plot()
+    ax = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in ax.lines}
+    for theory, measured in (("theory: d_k", "var(q·k), measured"),
+                             ("theory: 1", "var(q·k / √d_k), measured")):
+        t, m = lines[theory], lines[measured]
+        assert t.get_linestyle() == "--" and m.get_linestyle() == "-"
+        assert t.get_marker() in ("None", None, "") and m.get_marker() not in ("None", None, "")
+        assert t.get_zorder() > m.get_zorder()  # drawn on top of the measured line
+        assert t.get_color() != m.get_color()
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == list(lines)  # every series, in order
+    styles = [h.get_linestyle() for h in legend.legend_handles]
+    assert styles == ["--", "-", "--", "-"]
+
+
+def test_reference_lines_stay_visible_where_they_coincide_with_the_measurement():
+    """Today's bug: theory lines exactly under their measurement were invisible. Sample the pixels
+    along each theory line, between the markers: the reference colour must show."""
+    for kw in ({}, {"groups": {"theory: d_k": "unscaled", "var(q·k), measured": "unscaled",
+                               "theory: 1": "scaled", "var(q·k / √d_k), measured": "scaled"}}):
+        P.reset_colors()
+        fig = variance_plot(**kw)
+        ax = fig.axes[0]
+        img, _ = rendered(fig)
+        for name in ("theory: d_k", "theory: 1"):
+            line = next(ln for ln in ax.lines if ln.get_label() == name)
+            color = line.get_color()
+            hits = 0
+            for x0, x1 in zip(D_KS[:-1], D_KS[1:]):
+                for f in np.linspace(0.15, 0.85, 15):
+                    x = x0 * (x1 / x0) ** f
+                    y = x if name == "theory: d_k" else 1.0
+                    hits += close_to(pixel(fig, img, ax, x, y), color, tol=35)
+            assert hits >= 0.3 * 15 * (len(D_KS) - 1), (name, kw, hits)
+
+
+def test_reference_by_argument_or_off():
+    fig = P.plot_lines([1, 2, 3], {"O(n)": [1, 2, 3], "measured": [1.1, 2, 2.9]}, reference=["O(n)"])
+    ref, meas = fig.axes[0].lines
+    assert ref.get_linestyle() == "--" and ref.get_color() == P.REFERENCE_COLOR
+    assert meas.get_linestyle() == "-"
+    fig = P.plot_lines([1, 2], {"theory": [1, 2], "x": [1, 2]}, reference=())
+    assert [ln.get_linestyle() for ln in fig.axes[0].lines] == ["-", "-"]
+    fig = P.plot_cost([64, 128, 256], {"full": [1, 4, 16], "reference: S²": [1, 4, 16]})
+    assert [ln.get_linestyle() for ln in fig.axes[0].lines] == ["-", "--"]
+    with pytest.raises(ValueError, match=r"reference names \['nope'\] are not series"):
+        P.plot_lines([1, 2], {"a": [1, 2]}, reference=["nope"])
+
+
+def test_band_edges_share_a_colour_and_groups_differ():
+    series = {f"{g}: {p} percentile": [1, 2] for g in ("unscaled", "scaled") for p in ("90th", "10th")}
+    lines = P.plot_lines([1, 2], series).axes[0].lines
+    colors = [ln.get_color() for ln in lines]
+    assert colors[0] == colors[1] and colors[2] == colors[3] and colors[0] != colors[2]
+    assert lines[0].get_marker() != lines[1].get_marker()  # the legend still tells them apart
+
+
+def test_a_group_keeps_its_colour_across_figures_and_functions():
+    c1 = {ln.get_label(): ln.get_color()
+          for ln in P.plot_lines([1, 2], {"unscaled": [1, 2], "scaled": [1, 1]}).axes[0].lines}
+    # other figures, other order, other functions, names mapped to the groups
+    fig = P.plot_lines([1, 2], {"scaled": [1, 1], "var(q·k), measured": [1, 2]},
+                       groups={"var(q·k), measured": "unscaled"})
+    c2 = {ln.get_label(): ln.get_color() for ln in fig.axes[0].lines}
+    assert c2["scaled"] == c1["scaled"] and c2["var(q·k), measured"] == c1["unscaled"]
+    fig = P.plot_cost([64, 128], {"scaled": [1.0, 4.0]}, memory={"scaled": [1e6, 4e6]})
+    assert {ln.get_color() for ax in fig.axes for ln in ax.lines} == {c1["scaled"]}
+    hist = P.plot_histograms({"q·k/√d_k": [1, 2, 3]}, groups={"q·k/√d_k": "scaled"})
+    patch = hist.axes[0].patches[-1]  # the outline
+    assert mpl.colors.to_hex(patch.get_edgecolor()) == c1["scaled"]
+    assert P.series_color("scaled") == c1["scaled"]
+
+
+def test_reference_in_a_group_is_a_darker_shade_and_colours_can_be_pinned():
+    P.set_colors({"scaled": "#ff0000"})
+    fig = P.plot_lines([1, 2], {"scaled": [1, 1], "theory: 1": [1, 1]}, groups={"theory: 1": "scaled"})
+    meas, ref = fig.axes[0].lines
+    assert meas.get_color() == "#ff0000"
+    r, g, b = mpl.colors.to_rgb(ref.get_color())
+    assert ref.get_linestyle() == "--" and 0.3 < r < 1.0 and g == b == 0.0
+
+
+def test_no_two_groups_share_a_colour_in_one_figure():
+    many = {f"g{i}": [1, 2] for i in range(14)}
+    P.plot_lines([1, 2], many)  # the palette wraps around in the session registry...
+    fig = P.plot_lines([1, 2], {"g0": [1, 2], "g9": [1, 2], "g10": [2, 3]})
+    colors = [ln.get_color() for ln in fig.axes[0].lines]
+    assert len(set(colors)) == 3  # ...but never inside one figure
+
+
+def test_groups_must_name_series():
+    with pytest.raises(ValueError, match=r"groups names \['b'\] are not series"):
+        P.plot_lines([1, 2], {"a": [1, 2]}, groups={"b": "x"})
+    with pytest.raises(ValueError, match="groups must be a dict"):
+        P.plot_lines([1, 2], {"a": [1, 2]}, groups=["a"])
+
+
+PADS = ["the", "dog", "chased", "the", "cat", "<pad>", "<pad>", "<pad>"]
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: P.plot_attention(weights(8, 8), PADS, PADS),
+        lambda: P.plot_heads(weights(2, 8, 8), PADS, PADS),
+        lambda: P.plot_mask(torch.ones(8, 8, dtype=torch.bool).tril(), PADS, PADS),
+        lambda: P.plot_compare(weights(8, 8), weights(8, 8, seed=1), PADS, PADS),
+    ],
+    ids=["attention", "heads", "mask", "compare"],
+)
+def test_repeated_tokens_each_keep_their_own_tick(draw):
+    fig = draw()
+    for ax in [a for a in fig.axes if a.images]:
+        if tick_texts(ax.xaxis) and tick_texts(ax.xaxis)[0]:
+            assert tick_texts(ax.xaxis) == PADS
+            assert list(ax.get_xticks()) == list(range(8))
+        if tick_texts(ax.yaxis) and tick_texts(ax.yaxis)[0]:
+            assert tick_texts(ax.yaxis) == PADS
+
+
+def _assert_no_collisions(fig, ax, renderer):
+    """Rendered tick labels do not touch: side by side when horizontal; when rotated, the
+    distance across neighbouring (parallel) labels exceeds their height."""
+    dpi = fig.dpi
+    for axis in (ax.xaxis, ax.yaxis):
+        labels = [t for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+        rotations = {round(t.get_rotation()) % 360 for t in labels}
+        assert len(rotations) <= 1, rotations  # one angle for all labels of an axis
+        rot = rotations.pop() if rotations else 0
+        assert rot in (0, P.XTICK_ROTATION)
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        if rot == 0:
+            for a, b in zip(boxes, boxes[1:]):
+                assert not a.overlaps(b), (axis.axis_name, a, b)
+        else:
+            assert all(t.get_horizontalalignment() == "right" for t in labels)
+            assert all(t.get_rotation_mode() == "anchor" for t in labels)
+            xs = [t.get_window_extent(renderer).x1 for t in labels]
+            for t, x0, x1 in zip(labels, xs, xs[1:]):
+                across = abs(x1 - x0) * math.sin(math.radians(rot))
+                assert across >= t.get_fontsize() * dpi / 72, (t.get_text(), across)
+
+
+LONG = ["the", "tokenization", "of", "<pad>", "<pad>", "supercalifragilistic", "a", "注意"]
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: P.plot_attention(weights(8, 8), PADS, PADS),
+        lambda: P.plot_attention(weights(8, 8), LONG, LONG),
+        lambda: P.plot_attention(weights(8, 8), list("abcdefgh"), list("abcdefgh")),
+        lambda: P.plot_attention(weights(40, 40), (LONG * 5), (LONG * 5)),
+        lambda: P.plot_attention(weights(100, 100), [f"t{i}" for i in range(100)],
+                                 [f"t{i}" for i in range(100)]),
+        lambda: P.plot_attention(weights(3, 12), ["<pad>"] * 12, ["a", "b", "c"], figsize=(3, 2)),
+        lambda: P.plot_heads(weights(6, 8, 8), LONG, LONG),
+        lambda: P.plot_mask(torch.ones(16, 16, dtype=torch.bool), LONG * 2, LONG * 2),
+        lambda: P.plot_compare(weights(8, 8), weights(8, 8, seed=1), LONG, LONG),
+        lambda: P.plot_lines(D_KS, {"a": D_KS}, logx=True),
+        lambda: P.plot_lines(D_KS, {"a": D_KS}, logx=True, figsize=(2.4, 2.0)),
+        lambda: P.plot_cost([64, 128, 256, 512, 1024, 2048, 4096, 8192], {"a": [1] * 8},
+                            memory={"a": [1] * 8}, figsize=(6, 3)),
+    ],
+    ids=["pads", "long", "letters", "40", "100", "narrow", "heads", "mask", "compare", "log",
+         "log-narrow", "cost-memory"],
+)
+def test_tick_labels_never_collide_and_follow_one_rotation_rule(draw):
+    fig = draw()
+    _, renderer = rendered(fig)
+    for ax in fig.axes:
+        if ax.images or ax.lines:
+            _assert_no_collisions(fig, ax, renderer)
+
+
+def test_crowded_x_labels_rotate_the_same_way_in_every_function():
+    figs = [
+        P.plot_attention(weights(8, 8), LONG, LONG),
+        P.plot_heads(weights(2, 8, 8), LONG, LONG),
+        P.plot_mask(torch.ones(8, 8, dtype=torch.bool), LONG, LONG),
+        P.plot_compare(weights(8, 8), weights(8, 8, seed=1), LONG, LONG),
+        P.plot_lines(D_KS, {"a": D_KS}, logx=True, figsize=(2.4, 2.0)),
+        P.plot_cost(D_KS, {"a": D_KS}, figsize=(3.4, 2.0)),
+    ]
+    for fig in figs:
+        for ax in [a for a in fig.axes if a.images or a.lines]:
+            labels = [t for t in ax.get_xticklabels() if t.get_text()]
+            assert labels
+            assert {(t.get_rotation(), t.get_horizontalalignment(), t.get_rotation_mode())
+                    for t in labels} == {(P.XTICK_ROTATION, "right", "anchor")}
+    # and labels that fit stay horizontal everywhere
+    for fig in (P.plot_attention(weights(4, 4), list("abcd")), P.plot_lines(D_KS, {"a": D_KS}, logx=True)):
+        assert {t.get_rotation() for t in fig.axes[0].get_xticklabels()} == {0.0}
+
+
+def _mask_fig(leak=False, **kw):
+    real = torch.arange(6) < 4  # (S,): two pads
+    mask = real[:, None] & real[None, :]  # (S_q, S_k)
+    w = torch.zeros(6, 6)
+    w[:4, :4] = torch.softmax(torch.randn(4, 4), -1)
+    w[0, 1] = 0.0  # a small weight where attending is allowed: not the masked look
+    if leak:
+        w[0, 5] = 0.3
+    return P.plot_attention(w, list("abcd") + ["<pad>"] * 2, mask=mask, **kw), w, mask
+
+
+def test_masked_cells_look_different_from_small_weights():
+    fig, w, mask = _mask_fig(annotate=False)  # no value text over the sampled pixels
+    ax = fig.axes[0]
+    img, _ = rendered(fig)
+    low_end = mpl.colormaps[P.WEIGHTS_CMAP](0.0)
+    small = pixel(fig, img, ax, 1, 0)  # weight 0, allowed: the colormap's low end
+    assert close_to(small, low_end, tol=10)
+    masked_colors = [pixel(fig, img, ax, j + dx, i + dy) for i, j in [(0, 5), (5, 0), (5, 5)]
+                     for dx, dy in [(0.0, 0.0), (0.2, 0.1), (-0.25, 0.3), (0.3, -0.3)]]
+    hatch = int(mpl.colors.to_rgb(P.MASKED_HATCH_COLOR)[0] * 255)
+    background = int(mpl.colors.to_rgb(P.MASKED_COLOR)[0] * 255)
+    for rgb in masked_colors:  # light grey, grey hatch or a blend of them: never the colormap
+        assert rgb.max() - rgb.min() <= 6 and hatch - 10 <= rgb.mean() <= background + 6, rgb
+    assert any(close_to(c, P.MASKED_HATCH_COLOR, 60) for c in masked_colors)  # hatched
+    # a legend entry says what the hatching means
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["masked (may not attend)"]
+    assert legend.legend_handles[0].get_hatch() == P.MASKED_HATCH
+    # masked cells carry no value text; allowed ones do
+    assert len(_mask_fig()[0].axes[0].texts) == int(mask.sum())
+
+
+def test_mask_that_leaks_weight_is_reported_not_hidden():
+    with pytest.warns(UserWarning, match=r"1 masked cell\(s\) hold a non-zero weight"):
+        fig, w, _ = _mask_fig(leak=True, annotate=False)
+    ax = fig.axes[0]
+    img, _ = rendered(fig)
+    # the leaking cell keeps its colormap colour (seen between the hatch lines)
+    cmap, norm = ax.images[0].cmap, ax.images[0].norm
+    rgb = [pixel(fig, img, ax, 5 + d, 0 + d) for d in np.linspace(-0.35, 0.35, 15)]
+    assert any(close_to(c, cmap(norm(0.3)), tol=25) for c in rgb)
+
+
+def test_mask_broadcasts_and_works_in_heads_and_on_a_given_ax():
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    w = torch.softmax(torch.randn(3, 5, 5).masked_fill(~causal, float("-inf")), -1)
+    fig = P.plot_heads(w, mask=causal)
+    assert len(fig.legends) == 1
+    panels = [ax for ax in fig.axes if ax.images]
+    assert all(len(ax.patches) == 1 and ax.patches[0].get_hatch() == P.MASKED_HATCH for ax in panels)
+    pad = torch.tensor([[True, True, True, False]])  # (1, S_k): a padding mask broadcasts
+    wp = torch.tensor([[0.5, 0.25, 0.25, 0.0]] * 2)
+    assert len(P.plot_attention(wp, mask=pad).axes[0].patches) == 1
+    fig, axes = plt.subplots(1, 2)
+    try:
+        assert P.plot_attention(wp, mask=pad, ax=axes[0]) is fig
+        assert axes[0].get_legend() is not None
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 3\), which does not broadcast"):
+        P.plot_attention(wp, mask=torch.ones(3, 3, dtype=torch.bool))
+    # no mask, or nothing masked: no legend, no hatching
+    fig = P.plot_attention(wp, mask=torch.ones(2, 4, dtype=torch.bool))
+    assert not fig.legends and not fig.axes[0].patches
+
+
+def test_cost_with_memory_is_time_and_memory_side_by_side():
+    n = np.array([64, 128, 256, 512, 1024])
+    t = {"full": 3e-9 * n**2.0, "flash": 2e-9 * n**2.0}
+    mem = {"full": 4.0 * n**2 * 8, "flash": 4.0 * n * 64 * 8}  # bytes
+    fig = P.plot_cost(n, t, memory=mem, title="attention cost")
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    ax_t, ax_m = fig.axes
+    assert ax_t.get_position().x0 < ax_m.get_position().x0  # beside, on the right
+    assert fig.get_suptitle() == "attention cost"
+    assert (ax_t.get_title(), ax_m.get_title()) == ("time", "peak memory")
+    assert ax_t.get_ylabel() == "time (s)" and ax_m.get_ylabel() == "peak memory (MiB)"
+    for ax in (ax_t, ax_m):
+        assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+        assert ax.get_xlabel() == "sequence length"
+        assert tick_texts(ax.xaxis) == [str(v) for v in n]
+    assert [x.get_text() for x in ax_t.get_legend().get_texts()] == [
+        "full (slope 2.0)", "flash (slope 2.0)"]
+    assert [x.get_text() for x in ax_m.get_legend().get_texts()] == [
+        "full (slope 2.0)", "flash (slope 1.0)"]
+    np.testing.assert_allclose(ax_m.lines[0].get_ydata(), mem["full"] / 2**20)
+    for a, b in zip(ax_t.lines, ax_m.lines):  # one method, one colour and marker
+        assert (a.get_color(), a.get_marker()) == (b.get_color(), b.get_marker())
+    # units chosen by size, or the caller's own label with the values as given
+    fig = P.plot_cost(n, t, memory={"full": [100.0] * 5})
+    assert fig.axes[1].get_ylabel() == "peak memory (bytes)"
+    fig = P.plot_cost(n, t, memory={"full": [1.0] * 5}, memory_ylabel="peak memory (GB)")
+    assert fig.axes[1].get_ylabel() == "peak memory (GB)"
+    assert list(fig.axes[1].lines[0].get_ydata()) == [1.0] * 5
+
+
+def test_cost_memory_on_given_axes_and_errors():
+    n = [64, 128]
+    fig, axes = plt.subplots(1, 2)
+    try:
+        assert P.plot_cost(n, {"a": [1, 4]}, memory={"a": [1, 2]}, ax=axes) is fig
+        assert axes[1].get_ylabel() == "peak memory (bytes)"
+    finally:
+        plt.close(fig)
+    fig, ax = plt.subplots()
+    try:
+        with pytest.raises(ValueError, match=r"ax must be two axes \(time, memory\)"):
+            P.plot_cost(n, {"a": [1, 4]}, memory={"a": [1, 2]}, ax=ax)
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match=r"series 'a' has 1 values but sizes has 2"):
+        P.plot_cost(n, {"a": [1, 4]}, memory={"a": [1]})
+
+
+@pytest.fixture
+def fonts(monkeypatch):
+    """Choose which fonts the module sees as installed (the caches are rebuilt)."""
+
+    def use(cjk_fonts):
+        monkeypatch.setattr(P, "_CJK_FONTS", tuple(cjk_fonts))
+        monkeypatch.setattr(P, "_DRAWABLE", None)
+        monkeypatch.setattr(P, "_STYLE_RC", None)
+        P._label_width_pt.cache_clear()
+
+    yield use
+    P._label_width_pt.cache_clear()
+
+
+def _draw_everything(label):
+    """Every function, with ``label`` in every kind of text it draws."""
+    return [
+        P.plot_attention(torch.eye(3), [label, "b", "c"], ["a", label, "c"], title=label,
+                         xlabel=label, cbar_label=label, mask=torch.eye(3).bool()),
+        P.plot_heads(weights(2, 3, 3), [label] * 3, titles=[label, "h"], suptitle=label),
+        P.plot_mask(torch.ones(2, 2).bool(), [label, "x"], title=label),
+        P.plot_compare(weights(2, 2), weights(2, 2, seed=1), [label, "x"], title=label),
+        P.plot_lines([1, 2], {label: [1, 2], f"theory: {label}": [1, 2]}, xlabel=label,
+                     ylabel=label, title=label),
+        P.plot_cost([1, 2], {label: [1, 4]}, memory={label: [1, 2]}, title=label),
+        P.plot_histograms({label: [1, 2, 3]}, xlabel=label, title=label),
+    ]
+
+
+def _all_texts(fig):
+    return [t.get_text() for t in fig.findobj(mtext.Text)]
+
+
+@pytest.mark.parametrize("label", ["缩放点积注意力 variance（方差）", "fast 🚀 ok ✅ 👍🏽 a\u200db"])
+def test_missing_fonts_degrade_without_any_warning(label, fonts, capfd):
+    fonts([])  # a machine with DejaVu Sans only: no CJK font, no emoji font
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. "Glyph 27880 missing from font(s) DejaVu Sans"
+        figs = _draw_everything(label)
+        for fig in figs:
+            rendered(fig)
+            texts = "".join(_all_texts(fig))
+            assert not any(P._is_emoji(ord(c)) for c in texts)
+            assert not any("\u4e00" <= c <= "\u9fff" for c in texts)
+    out, err = capfd.readouterr()
+    assert err == ""
+
+
+def test_what_degraded_text_reads():
+    for cjk in ([],):
+        assert P._text("Scaled Dot-Product Attention（缩放点积注意力）") == "Scaled Dot-Product Attention"
+        assert P._text("fast 🚀 path") == "fast path"
+        assert P._text("注意") == P.MISSING_GLYPH  # a label left empty still marks its place
+        assert P._text(r"$\sqrt{d_k}$ 注") == r"$\sqrt{d_k}$"  # mathtext is matplotlib's
+        assert P._text("‖∂L/∂q‖ − √d ✓ ␣ …") == "‖∂L/∂q‖ − √d ✓ ␣ …"  # DejaVu draws these
+        assert P._text("a\nb") == "a\nb"
+
+
+def test_an_installed_fallback_font_is_used_for_what_dejavu_lacks(fonts, capfd):
+    """Stand-in for a CJK font: STIXGeneral ships with matplotlib and draws characters DejaVu
+    Sans has not. Listed as a fallback, its characters are kept and render without warnings."""
+    from matplotlib import font_manager, ft2font
+
+    def charmap(family):
+        path = font_manager.findfont(font_manager.FontProperties(family=family),
+                                     fallback_to_default=False)
+        return set(ft2font.FT2Font(path).get_charmap())
+
+    extra = sorted(c for c in charmap("STIXGeneral") - charmap("DejaVu Sans")
+                   if unicodedata.category(chr(c)) in ("Sm", "So") and c < 0x10000)
+    assert extra
+    label = "x " + chr(extra[0]) + chr(extra[-1])
+    fonts([])
+    assert P._text(label) == "x"
+    fonts(["STIXGeneral"])
+    assert P._text(label) == label
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fig in _draw_everything(label):
+            rendered(fig)
+            assert any(label in t for t in _all_texts(fig))
+    assert capfd.readouterr().err == ""
+
+
+def test_chinese_renders_through_an_installed_cjk_font(capfd):
+    chain = P._font_chain()
+    if len(chain) == 1:
+        pytest.skip("no CJK font installed here (the fallback path is tested above)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = P.plot_attention(weights(2, 2), ["注意", "力"], title="注意力（attention）")
+        rendered(fig)
+    assert fig.axes[0].get_title() == "注意力（attention）"
+    assert capfd.readouterr().err == ""
+
 
 
 # ----------------------------------------------------------------------------------------------

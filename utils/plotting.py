@@ -105,7 +105,10 @@ def _style_rc() -> dict:
         rc.update(
             {
                 # DejaVu Sans ships with matplotlib: the same glyphs on every machine.
-                # Installed CJK fonts follow as per-glyph fallbacks (see _text).
+                # Installed CJK fonts follow as per-glyph fallbacks (see _text). The family is
+                # named, not "sans-serif", so that a figure drawn later, outside this style,
+                # still falls back to them.
+                "font.family": _font_chain(),
                 "font.sans-serif": _font_chain() + ["sans-serif"],
                 "legend.handlelength": 2.6,  # long enough to show a dashed line as dashed
                 "hatch.linewidth": 0.7,
