@@ -703,7 +703,8 @@ def test_mask_broadcasts_and_works_in_heads_and_on_a_given_ax():
     fig, axes = plt.subplots(1, 2)
     try:
         assert P.plot_attention(wp, mask=pad, ax=axes[0]) is fig
-        assert axes[0].get_legend() is not None
+        legends = [a.get_legend() for a in fig.axes if a.get_legend() is not None]
+        assert [t.get_text() for lg in legends for t in lg.get_texts()] == ["masked"]
     finally:
         plt.close(fig)
     with pytest.raises(ValueError, match=r"mask has shape \(3, 3\), which does not broadcast"):
@@ -911,8 +912,13 @@ def test_module_never_selects_a_backend_or_shows():
         lambda: P.plot_lines([1, 2, 3], {"a": [1, 4, 9]}),
         lambda: P.plot_cost([64, 128], {"a": [1.0, 4.0]}),
         lambda: P.plot_histograms({"a": np.arange(10.0)}),
+        lambda: P.plot_attention(torch.eye(4), mask=torch.eye(4).bool()),
+        lambda: P.plot_heads(torch.eye(4)[None].repeat(2, 1, 1), mask=torch.eye(4).bool()),
+        lambda: P.plot_cost([64, 128], {"a": [1.0, 4.0]}, memory={"a": [1e3, 2e3]}),
+        lambda: P.plot_lines([1, 2], {"theory: 1": [1, 1], "a": [1, 2]}),
     ],
-    ids=["attention", "heads", "mask", "compare", "lines", "cost", "histograms"],
+    ids=["attention", "heads", "mask", "compare", "lines", "cost", "histograms",
+         "attention-mask", "heads-mask", "cost-memory", "lines-reference"],
 )
 def test_closed_figures_still_render_for_display(make):
     with warnings.catch_warnings():

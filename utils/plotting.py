@@ -889,18 +889,23 @@ def plot_attention(
         cbar.set_label(_text(cbar_label))
         cbar.outline.set_visible(False)
         if m is not None and not m.all():
-            _mask_legend(fig, ax, owned)
+            _mask_legend(fig, cbar.ax, owned)
     return _finish(fig, owned)
 
 
-def _mask_legend(fig, ax, owned):
-    """The legend entry of masked cells: under the figure when we own it, else above the axes."""
-    kw = dict(handles=[_masked_legend_handle()], handlelength=1.6, handleheight=1.2,
-              borderaxespad=0.0)
+def _mask_legend(fig, cbar_ax, owned):
+    """The legend entry of masked cells: under the figure when we own it; on a given ax, a short
+    entry on top of the colorbar (the only free place that we know of in someone else's
+    figure)."""
+    handle = _masked_legend_handle()
+    kw = dict(handlelength=1.6, handleheight=1.2, borderaxespad=0.0)
     if owned:
-        fig.legend(loc="outside lower right", **kw)
+        fig.legend(handles=[handle], loc="outside lower right", **kw)
     else:
-        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.01), **kw)
+        handle.set_label("masked")
+        legend = cbar_ax.legend(handles=[handle], loc="lower right", bbox_to_anchor=(1.0, 1.02),
+                                handletextpad=0.4, **kw)
+        legend.set_in_layout(False)  # the colorbar stays beside its heatmap
 
 
 def plot_heads(
