@@ -1,10 +1,12 @@
 """Checks for chapter 03 — scaled dot-product attention."""
 import math
+from dataclasses import replace
 
 import torch
 
 from .. import reference as ref
-from ._core import Case, CheckFailure, Exercise, Mutant, generator, randn, random_padding_mask, rng
+from ._core import (DEFAULT_SECONDS, Budget, Case, Exercise, Mutant, Variant, describe, generator, randn,
+                    random_padding_mask, rng)
 from ._forbid import MHA, SDPA
 from ._registry import register
 
@@ -12,33 +14,47 @@ __all__ = ["check_scaled_dot_product_attention", "check_dot_product_variance"]
 
 
 # ---------------------------------------------------------------- scaled_dot_product_attention
+F64 = torch.float64
+
+
 def _sdpa_cases(seed: int) -> list:
+    """Typical cases first, then edges: the first failure a learner sees is the most telling."""
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, lead, s_q, s_k, d, d_v, mask=None, scale=1.0):
-        q = randn(*lead, s_q, d, gen=g, scale=scale)
-        k = randn(*lead, s_k, d, gen=g, scale=scale)
-        v = randn(*lead, s_k, d_v, gen=g)
+    def add(label, lead, s_q, s_k, d, d_v, mask=None, scale=1.0, grad=False, dtype=torch.float32, q=None, k=None):
+        q = randn(*lead, s_q, d, gen=g, scale=scale, dtype=dtype) if q is None else q
+        k = randn(*lead, s_k, d, gen=g, scale=scale, dtype=dtype) if k is None else k
+        v = randn(*lead, s_k, d_v, gen=g, dtype=dtype)
         dims = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         if mask is not None:
             dims += f", mask {tuple(mask.shape)}"
-        cases.append(Case(f"{label}: {dims}", (q, k, v), {"mask": mask} if mask is not None else {}))
+        cases.append(Case(f"{label}: {dims}", (q, k, v), {"mask": mask} if mask is not None else {}, grad=grad))
 
-    add("no batch dims, S_q = S_k", (), 4, 4, 8, 8)
-    add("S_q ≠ S_k, D ≠ D_v", (2,), 3, 6, 5, 7)
-    add("a single query and key (S = 1)", (1,), 1, 1, 4, 3)
+    add("batch of 2, S_q ≠ S_k", (2,), 3, 6, 8, 5)
     add("batch and heads (B, H)", (2, 3), 5, 7, 4, 6)
-    add("large-magnitude inputs", (2,), 5, 5, 16, 4, scale=30.0)
+    add("no batch dims, S_q = S_k", (), 4, 4, 8, 8)
     add("mask: some keys hidden", (2,), 4, 6, 8, 8, mask=random_padding_mask(2, 4, 6, g))
-    add("mask with a fully masked query row", (2,), 4, 5, 8, 3,
-        mask=random_padding_mask(2, 4, 5, g, fully_masked_row=True))
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     add("causal mask broadcast over (B, H)", (2, 2), 5, 5, 4, 4, mask=causal)
     key_pad = torch.ones(3, 1, 1, 6, dtype=torch.bool)
     key_pad[1, ..., 4:] = False
     add("padding mask (B, 1, 1, S_k) over heads", (3, 2), 4, 6, 4, 5, mask=key_pad)
-    for i in range(7):  # random shapes, odd sizes included
+    add("gradients (float64) of a random loss of out and weights", (2,), 4, 5, 6, 3, grad=True, dtype=F64)
+    add("a single query and key (S = 1)", (1,), 1, 1, 4, 3)
+    add("mask with a fully masked query row", (2,), 4, 5, 8, 3,
+        mask=random_padding_mask(2, 4, 5, g, fully_masked_row=True))
+    # The largest score sits on a masked key: masking must happen before the softmax's max.
+    q = randn(2, 3, 4, gen=g)
+    k = randn(2, 5, 4, gen=g)
+    k[:, 2] = 8 * q.mean(dim=1)  # key 2 matches every query best ...
+    hide = torch.ones(2, 3, 5, dtype=torch.bool)
+    hide[..., 2] = False  # ... and is masked
+    add("a masked key holds the largest score", (2,), 3, 5, 4, 3, mask=hide, q=q, k=k)
+    add("large-magnitude inputs (|scores| ~ 1000)", (2,), 5, 5, 16, 4, scale=30.0)
+    add("gradients (float64) with a fully masked row", (2,), 4, 5, 6, 3, grad=True, dtype=F64,
+        mask=random_padding_mask(2, 4, 5, g, fully_masked_row=True))
+    for i in range(6):  # random shapes, odd sizes included
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         s_q, s_k, d, d_v = r.randint(1, 9), r.randint(1, 9), r.choice([1, 3, 4, 8, 17]), r.randint(1, 6)
         m = None
@@ -46,23 +62,41 @@ def _sdpa_cases(seed: int) -> list:
             m = torch.rand(*lead, s_q, s_k, generator=g) > 0.4
             m[..., 0] = True
         add(f"random case {i + 1}", lead, s_q, s_k, d, d_v, mask=m)
+    cases.append(Case("dropout_p = 0.5: q, k (2, 64, 8), v all ones (2, 64, 1)", _dropout_inputs(),
+                      {"dropout_p": 0.5}, judge=_judge_dropout))
     return cases
 
 
-def _no_scaling(q, k, v, mask=None, dropout_p=0.0):
-    return _sdpa_variant(q, k, v, mask, scale=1.0)
+def _sdpa_rescale(case: Case, c: float) -> Case:
+    """The same case with every score multiplied by c (q scaled by c)."""
+    q, *rest = case.args
+    return replace(case, args=(q * c, *rest))
 
 
-def _scale_by_d(q, k, v, mask=None, dropout_p=0.0):
-    return _sdpa_variant(q, k, v, mask, scale=1.0 / q.size(-1))
-
-
-def _scale_by_d_v(q, k, v, mask=None, dropout_p=0.0):
-    return _sdpa_variant(q, k, v, mask, scale=1.0 / math.sqrt(v.size(-1)))
+def _sdpa_scale_names(case: Case) -> dict:
+    q, k, v = case.args[:3]
+    d, d_v = q.size(-1), v.size(-1)
+    names = {"1/sqrt(d_k)": 1 / math.sqrt(d), "1 (no scaling)": 1.0, "1/d_k": 1 / d,
+             "1/sqrt(D_v) (the size of v)": 1 / math.sqrt(d_v), "sqrt(d_k)": math.sqrt(d),
+             "1/sqrt(S_k)": 1 / math.sqrt(k.size(-2)), "1/sqrt(S_q)": 1 / math.sqrt(q.size(-2))}
+    if q.dim() >= 2:
+        names["1/sqrt(q.size(1))"] = 1 / math.sqrt(q.size(1))
+    if q.dim() >= 3:
+        names["1/sqrt(q.size(0))"] = 1 / math.sqrt(q.size(0))
+    return names
 
 
 def _softmax_wrong_dim(q, k, v, mask=None, dropout_p=0.0):
     return _sdpa_variant(q, k, v, mask, dim=-2)
+
+
+def _softmax_wrong_dim_global_max(q, k, v, mask=None, dropout_p=0.0):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    e = torch.exp(scores - scores.max())  # one max over the whole tensor: still exact ...
+    w = (e / e.sum(dim=-2, keepdim=True)).nan_to_num(0.0)  # ... but normalised over the queries
+    return w @ v, w
 
 
 def _mask_after_softmax(q, k, v, mask=None, dropout_p=0.0):
@@ -85,6 +119,24 @@ def _nan_rows(q, k, v, mask=None, dropout_p=0.0):
     return _sdpa_variant(q, k, v, mask, fill=float("-inf"))
 
 
+def _inplace_nan_fix(q, k, v, mask=None, dropout_p=0.0):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, dim=-1)
+    w[w.isnan()] = 0.0  # in place on the softmax's output: the forward is right, backward breaks
+    return w @ v, w
+
+
+def _batched_T(q, k, v, mask=None, dropout_p=0.0):
+    kt = k.T if k.dim() > 1 else k  # .T reverses *every* dim of a batched tensor
+    scores = torch.matmul(q, kt.transpose(-2, -1).transpose(-2, -1) if k.dim() <= 2 else kt) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return w @ v, w
+
+
 def _sdpa_variant(q, k, v, mask, scale=None, dim=-1, fill=None):
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale
@@ -97,42 +149,77 @@ def _sdpa_variant(q, k, v, mask, scale=None, dim=-1, fill=None):
     return w @ v, w
 
 
+def _no_scaling(q, k, v, mask=None, dropout_p=0.0):
+    return _sdpa_variant(q, k, v, mask, scale=1.0)
+
+
+def _scale_by_d(q, k, v, mask=None, dropout_p=0.0):
+    return _sdpa_variant(q, k, v, mask, scale=1.0 / q.size(-1))
+
+
+def _scale_by_size_1(q, k, v, mask=None, dropout_p=0.0):
+    return _sdpa_variant(q, k, v, mask, scale=1.0 / math.sqrt(q.size(1)) if q.dim() >= 2 else 1.0)
+
+
+INPLACE_HINT = ("an in-place edit of the softmax's output (such as `w[w.isnan()] = 0`) gives the right "
+                "forward values but breaks autograd, which needs that output for the backward pass: build a "
+                "new tensor instead (torch.where(..., 0.0, w) or w.nan_to_num(0.0)).")
+BATCHED_T_HINT = ("`.T` reverses *every* dimension of a batched tensor (a (B, S, D) key becomes (D, S, B)); "
+                  "swap only the last two with k.transpose(-2, -1).")
+WRONG_DIM_HINT = ("the softmax was taken over the query dim (-2) instead of the key dim (-1): each row of "
+                  "weights must sum to 1.")
+
 SDPA_MUTANTS = [
     Mutant("no_scaling", "the scores were not divided by sqrt(d_k).", _no_scaling),
     Mutant("scale_by_d", "the scores were divided by d_k instead of sqrt(d_k).", _scale_by_d),
-    Mutant("scale_by_d_v", "the scores were divided by sqrt(D_v) (the size of v) instead of sqrt(d_k) (the size of q and k).", _scale_by_d_v),
-    Mutant("softmax_wrong_dim", "the softmax was taken over the query dim (-2) instead of the key dim (-1): each row of weights must sum to 1.", _softmax_wrong_dim),
+    Mutant("scale_by_d_v", "the scores were divided by sqrt(D_v) (the size of v) instead of sqrt(d_k) (the size of q and k).",
+           lambda q, k, v, mask=None, dropout_p=0.0: _sdpa_variant(q, k, v, mask, scale=1.0 / math.sqrt(v.size(-1)))),
+    Mutant("scale_by_size_1", "multiplied by 1/sqrt(q.size(1))", _scale_by_size_1),
+    Mutant("softmax_wrong_dim", WRONG_DIM_HINT, _softmax_wrong_dim),
+    Mutant("softmax_wrong_dim_global_max", WRONG_DIM_HINT, _softmax_wrong_dim_global_max),
     Mutant("mask_after_softmax", "the mask was applied after the softmax, so the remaining weights no longer sum to 1: mask the scores with -inf before the softmax.", _mask_after_softmax),
     Mutant("inverted_mask", "the mask is inverted: True means 'may attend', so fill the scores where the mask is False.", _inverted_mask),
     Mutant("neg_1e9_fully_masked", "a fully masked row got uniform weights: filling with -1e9 (or a large negative number) spreads the weight evenly when every key is masked; such a row must give zero weights and a zero output.", _neg_1e9),
     Mutant("nan_fully_masked", "a fully masked row gave NaN: softmax over a row of -inf is 0/0; replace those rows with zeros (e.g. nan_to_num or torch.where).", _nan_rows),
+    Mutant("inplace_nan_fix", INPLACE_HINT, _inplace_nan_fix),
+    Mutant("batched_T", BATCHED_T_HINT, _batched_T),
 ]
 
 DROPOUT_NOT_RESCALED = "dropout zeroed weights but did not rescale the kept ones by 1/(1 - dropout_p)."
 DROPOUT_IGNORED = "dropout_p > 0 was ignored: no attention weight was dropped."
+DROPOUT_ON_OUTPUT = ("dropout was applied to the output, not to the attention weights: drop entries of "
+                     "`weights` and return out = weights @ v.")
 
 
-def _check_dropout(fn) -> None:
-    """With dropout_p = 0.5: about half the weights are zero and row sums stay 1 on average."""
+def _dropout_inputs():
     g = generator(1234)
     q, k = randn(2, 64, 8, gen=g), randn(2, 64, 8, gen=g)
-    v = torch.ones(2, 64, 1)
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        result = fn(q, k, v, dropout_p=0.5)
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise CheckFailure("with dropout_p=0.5, scaled_dot_product_attention should still return (out, weights).")
-    out, w = result
-    zero_frac = (w == 0).float().mean().item()
+    return q, k, torch.ones(2, 64, 1)
+
+
+def _judge_dropout(got) -> str | None:
+    """With dropout_p = 0.5: about half the weights are zero, out = weights @ v, row sums ≈ 1."""
+    where = "with dropout_p = 0.5"
+    if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
+        return f"{where}, scaled_dot_product_attention should still return (out, weights)."
+    out, w = got
+    if tuple(w.shape) != (2, 64, 64) or tuple(out.shape) != (2, 64, 1):
+        return f"{where}: expected out (2, 64, 1) and weights (2, 64, 64), got {tuple(out.shape)} and {tuple(w.shape)}."
+    zero_frac = (w == 0).double().mean().item()
+    out_zero_frac = (out == 0).double().mean().item()
     if zero_frac < 0.05:
-        raise CheckFailure(f"dropout check (q, k (2, 64, 8), dropout_p=0.5): {DROPOUT_IGNORED}")
-    mean_row_sum = out.mean().item()  # v is all ones, so out = row sums of the dropped weights
+        hint = DROPOUT_ON_OUTPUT if out_zero_frac > 0.2 else DROPOUT_IGNORED
+        return f"{where}, {100 * zero_frac:.0f}% of the weights are zero, expected about 50%. Likely mistake: {hint}"
+    if zero_frac > 0.9:
+        return f"{where}, {100 * zero_frac:.0f}% of the weights are zero, expected about 50%."
+    if not torch.allclose(out.double(), w.double().sum(-1, keepdim=True), atol=1e-4, rtol=1e-4):
+        return f"{where}: out is not weights @ v (v is all ones, so out should be the row sums of the dropped weights)."
+    mean_row_sum = out.double().mean().item()
     if abs(mean_row_sum - 1.0) > 0.1:
         hint = DROPOUT_NOT_RESCALED if abs(mean_row_sum - 0.5) < 0.1 else "the kept weights should be rescaled by 1/(1 - dropout_p)."
-        raise CheckFailure(
-            f"dropout check (q, k (2, 64, 8), dropout_p=0.5): the weight rows sum to {mean_row_sum:.3f} "
-            f"on average, expected about 1. Likely mistake: {hint}"
-        )
+        return (f"{where}, the weight rows sum to {mean_row_sum:.3f} on average, expected about 1. "
+                f"Likely mistake: {hint}")
+    return None
 
 
 def _dropout_not_rescaled(q, k, v, mask=None, dropout_p=0.0):
@@ -146,10 +233,76 @@ def _dropout_ignored(q, k, v, mask=None, dropout_p=0.0):
     return ref.scaled_dot_product_attention.__wrapped__(q, k, v, mask)
 
 
+def _dropout_on_output(q, k, v, mask=None, dropout_p=0.0):
+    out, w = ref.scaled_dot_product_attention.__wrapped__(q, k, v, mask)
+    return torch.nn.functional.dropout(out, dropout_p, training=dropout_p > 0), w
+
+
 SDPA_DROPOUT_MUTANTS = [
     Mutant("dropout_not_rescaled", DROPOUT_NOT_RESCALED, _dropout_not_rescaled),
     Mutant("dropout_ignored", DROPOUT_IGNORED, _dropout_ignored),
+    Mutant("dropout_on_output", DROPOUT_ON_OUTPUT, _dropout_on_output),
 ]
+
+
+# Correct answers written differently: they must pass.
+def _v_einsum(q, k, v, mask=None, dropout_p=0.0):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), float("-inf"))
+    m = scores.amax(dim=-1, keepdim=True)
+    e = torch.exp(scores - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+    w = e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+    if dropout_p > 0:
+        w = w * (torch.rand_like(w) >= dropout_p) / (1 - dropout_p)
+    return torch.einsum("...qk,...kd->...qd", w, v), w
+
+
+def _v_float64_inside(q, k, v, mask=None, dropout_p=0.0):
+    dtype = q.dtype
+    q, k, v = q.double(), k.double(), v.double()
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=torch.float64))
+    w = torch.softmax(scores, dim=-1)
+    w = torch.where(torch.isnan(w), torch.zeros_like(w), w)
+    if dropout_p > 0:
+        w = torch.nn.functional.dropout(w, dropout_p)
+    return (w @ v).to(dtype), w.to(dtype)
+
+
+def _v_loops(q, k, v, mask=None, dropout_p=0.0):
+    assert q.size(-1) == k.size(-1), "q and k must share d_k"  # an assert instead of ValueError is fine
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    s_q, s_k = q.size(-2), k.size(-2)
+    full = torch.ones(*lead, s_q, s_k, dtype=torch.bool) if mask is None else \
+        mask.expand(*lead, s_q, s_k) if mask.dim() >= 2 else mask.expand(*lead, s_q, s_k)
+    qq, kk, vv = q.expand(*lead, *q.shape[-2:]), k.expand(*lead, *k.shape[-2:]), v.expand(*lead, *v.shape[-2:])
+    rows_w, rows_o = [], []
+    flat = [()] if not lead else [tuple(i) for i in torch.cartesian_prod(*[torch.arange(n) for n in lead]).reshape(-1, len(lead)).tolist()]
+    for idx in flat:
+        ws, os_ = [], []
+        for i in range(s_q):
+            s = (kk[idx] @ qq[idx][i]) / math.sqrt(q.size(-1))  # (S_k,)
+            allowed = full[idx][i]
+            if not bool(allowed.any()):
+                w = torch.zeros(s_k, dtype=q.dtype)
+            else:
+                s = s.masked_fill(~allowed, float("-inf"))
+                e = torch.exp(s - s.max())
+                w = e / e.sum()
+            ws.append(w)
+            os_.append(w @ vv[idx])
+        rows_w.append(torch.stack(ws))
+        rows_o.append(torch.stack(os_))
+    w = torch.stack(rows_w).reshape(*lead, s_q, s_k)
+    if dropout_p > 0:
+        w = torch.nn.functional.dropout(w, dropout_p)
+    return w @ vv, w
+
+
+SDPA_VARIANTS = [Variant("einsum_and_manual_softmax", _v_einsum), Variant("float64_inside", _v_float64_inside),
+                 Variant("python_loops", _v_loops)]
 
 SDPA_EXERCISE = Exercise(
     name="scaled_dot_product_attention",
@@ -157,19 +310,67 @@ SDPA_EXERCISE = Exercise(
     make_cases=_sdpa_cases,
     forbidden=(SDPA, MHA),
     mutants=SDPA_MUTANTS + SDPA_DROPOUT_MUTANTS,
+    variants=SDPA_VARIANTS,
     output_names=("out", "weights"),
-    extra_checks=(_check_dropout,),
+    rescale=_sdpa_rescale,
+    scale_names=_sdpa_scale_names,
+    contract="""softmax(q kᵀ / sqrt(d_k)) v, with an optional bool mask and dropout on the weights.
+
+    q: (..., S_q, d_k)   k: (..., S_k, d_k)   v: (..., S_k, d_v)
+    mask: bool, broadcastable to (..., S_q, S_k), True = may attend; or None
+    dropout_p: probability of zeroing each weight (applied whenever dropout_p > 0),
+        the kept weights rescaled by 1/(1 - dropout_p)
+    Returns out (..., S_q, d_v) and weights (..., S_q, S_k), with out == weights @ v.
+    A fully masked query row gets zero weights and a zero output.
+    Later chapters train through this function, so its gradients are checked too: build new
+    tensors (torch.where, masked_fill) rather than editing the softmax's output in place.
+    """,
 )
 check_scaled_dot_product_attention = register(SDPA_EXERCISE)
 
 
 # ---------------------------------------------------------------- dot_product_variance
 N_SAMPLES = 20_000
+ALL_PAIRS = ("compute one dot product per pair, (q * k).sum(dim=-1), not all n_samples² pairs "
+             "(q @ k.T): that matrix has n_samples² entries")
+CLOSED_FORM = ("your answer does not vary with the random samples (it looks like the closed form d_k or 1): "
+               "the exercise is to *measure* the variance from n_samples random pairs.")
+
+
+def _variance_budget(case: Case) -> Budget:
+    d_k, n = (case.args[0], case.args[1]) if len(case.args) >= 2 else (64, 64)
+    return Budget(numel=max(2**16, 2 * n * d_k), seconds=DEFAULT_SECONDS, why=ALL_PAIRS)
+
+
+def _repeat(times: int):
+    def run(fn, case: Case):
+        return [fn(*case.args) for _ in range(times)]
+
+    return run
+
+
+def _judge_spread(d_k: int, scaled: bool):
+    target = 1.0 if scaled else float(d_k)
+
+    def judge(got) -> str | None:
+        if not (isinstance(got, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in got)):
+            return f"dot_product_variance should return a Python float, got {describe(got[0] if isinstance(got, list) and got else got)}."
+        mean = sum(got) / len(got)
+        spread = (sum((x - mean) ** 2 for x in got) / (len(got) - 1)) ** 0.5
+        if spread <= 0.15 * abs(mean):
+            return (f"twelve calls with n_samples=6 gave {', '.join(f'{x:.3g}' for x in got[:4])}, ...: almost no "
+                    f"spread, but a variance measured from 6 samples scatters by about 60%. {CLOSED_FORM}")
+        if not 0.4 * target <= mean <= 1.9 * target:
+            return (f"twelve calls with n_samples=6, d_k={d_k}, scaled={scaled} average {mean:.3g}; "
+                    f"a sample variance of q·k{'/√d_k' if scaled else ''} averages about {target:g}.")
+        return None
+
+    return judge
 
 
 def _variance_cases(seed: int) -> list:
     r = rng(seed)
-    dims = [1, 4, 16, 64, 256] + [r.choice([2, 8, 32, 100, 128]) for _ in range(1)]
+    dims = [16, 64, 1, 4, 256] + [r.choice([2, 8, 32, 100, 128]) for _ in range(1)]
     cases = []
     for d_k in dims:
         for scaled in (False, True):
@@ -178,6 +379,9 @@ def _variance_cases(seed: int) -> list:
             sigma = math.sqrt((2 * d_k**2 + 6 * d_k) / N_SAMPLES) / d_k
             cases.append(Case(f"d_k={d_k}, n_samples={N_SAMPLES}, scaled={scaled}",
                               (d_k, N_SAMPLES, scaled), tol=(0.0, 6 * math.sqrt(2) * sigma)))
+    for d_k, scaled in [(16, False), (16, True)]:  # few samples: a measurement scatters, a formula does not
+        cases.append(Case(f"twelve calls with d_k={d_k}, n_samples=6, scaled={scaled}", (d_k, 6, scaled),
+                          run=_repeat(12), judge=_judge_spread(d_k, scaled)))
     return cases
 
 
@@ -206,12 +410,33 @@ def _var_mean_square_of_sum(d_k, n_samples, scaled):
     return dots.mean().item()
 
 
+def _var_all_pairs(d_k, n_samples, scaled):
+    q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
+    dots = (q @ k.T).diagonal() / (math.sqrt(d_k) if scaled else 1.0)  # (N, N) to keep N entries
+    return dots.var().item()
+
+
+def _var_closed_form(d_k, n_samples, scaled):
+    return 1.0 if scaled else float(d_k)
+
+
+def _v_var_float64(d_k, n_samples, scaled):
+    q = torch.randn(n_samples, d_k, dtype=torch.float64)
+    k = torch.randn(n_samples, d_k, dtype=torch.float64)
+    dots = torch.einsum("nd,nd->n", q, k)
+    if scaled:
+        dots /= d_k ** 0.5
+    return float(((dots - dots.mean()) ** 2).mean())  # the biased estimator is fine too
+
+
 VARIANCE_MUTANTS = [
     Mutant("scale_by_d", "with scaled=True you divided q·k by d_k, which divides the variance by d_k²; divide by sqrt(d_k).", _var_scale_by_d),
     Mutant("returns_std", "you returned the standard deviation (sqrt of the variance).", _var_returns_std),
     Mutant("ignores_scaled", "the `scaled` flag is ignored: with scaled=True divide each q·k by sqrt(d_k).", _var_ignores_flag),
     Mutant("uniform_samples", "q and k were drawn from a uniform distribution (torch.rand); the exercise uses standard normals (torch.randn).", _var_uniform),
     Mutant("returns_mean", "you returned the mean of q·k (about 0), not its variance.", _var_mean_square_of_sum),
+    Mutant("all_pairs", ALL_PAIRS, _var_all_pairs),
+    Mutant("closed_form", CLOSED_FORM, _var_closed_form),
 ]
 
 VARIANCE_EXERCISE = Exercise(
@@ -219,5 +444,14 @@ VARIANCE_EXERCISE = Exercise(
     reference=ref.dot_product_variance,
     make_cases=_variance_cases,
     mutants=VARIANCE_MUTANTS,
+    variants=[Variant("float64_einsum_biased", _v_var_float64)],
+    budget=_variance_budget,
+    contract="""Empirical variance of q·k over n_samples independent pairs q, k ~ N(0, I_{d_k}).
+
+    d_k: int, the size of q and k;  n_samples: int, the number of pairs;
+    scaled: bool, divide each q·k by sqrt(d_k) first.  Returns a Python float.
+    Draw the samples from torch's global generator, one dot product per pair (never all
+    n_samples² pairs: the check has a memory budget).
+    """,
 )
 check_dot_product_variance = register(VARIANCE_EXERCISE)

@@ -3,24 +3,42 @@
 An :class:`Exercise` bundles what the course knows about one graded exercise:
 
 * ``reference`` — the function or class from :mod:`utils.reference`;
-* ``make_cases(seed)`` — a seeded list of :class:`Case` (random shapes, edge cases);
-* ``run(impl, case)`` — how to call an implementation on a case (default: ``impl(*args, **kwargs)``);
-* ``forbidden`` — what a from-scratch exercise may not call (tripwires);
+* ``make_cases(seed)`` — a seeded list of :class:`Case`, ordered from typical to edge, so that the
+  first failure a learner sees is the most telling. A case may carry ``grad=True`` (also compare
+  the gradients of a fixed random loss, in float64), a ``judge`` (a statistical or structural
+  verdict instead of a comparison with the reference) and a ``budget`` (memory and time);
+* ``run(impl, case)`` — how to call an implementation on a case (default: ``impl(*args, **kwargs)``,
+  or build the module and call ``forward``);
+* ``forbidden`` — what a from-scratch exercise may not call (tripwires at the Python, torch-function
+  and aten levels);
 * ``mutants`` — the bank of known mistakes, each a working implementation *of the mistake* plus
-  the sentence that names it. When a learner's output matches a mutant's on every case, the
-  failure message names the mistake. ``tests/test_checks.py`` proves that every check rejects
-  every mutant in its bank and names it.
+  the sentence that names it. When a learner's output matches a mutant's on every case where both
+  ran, the failure message names the mistake; ``rescale`` adds a generic "wrong scale factor"
+  diagnosis;
+* ``variants`` — correct answers written differently (einsum, loops, float64 inside, another
+  parameter-creation order, ``assert`` instead of ``ValueError``): they must pass;
+* ``tips`` — advice that never fails (input validation is not graded).
+
+``tests/test_checks.py`` proves that every check passes its reference and its variants, fails the
+stub, rejects every mutant and names it.
 
 ``run_check(exercise, impl)`` raises :class:`CheckFailure` (an ``AssertionError``, so nbgrader
-scores it zero) with one clear message, or prints one line such as ``✅ 24/24 cases passed``.
+scores it zero) with one clear message, or prints one line such as
+``✅ scaled_dot_product_attention: 17 visible cases passed``.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import inspect
 import math
 import random
+import signal
+import threading
+import time
+import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -32,12 +50,36 @@ from .._guard import ForbiddenCall, _learner_depth, learner_is_running, referenc
 
 
 class CheckFailure(AssertionError):
-    """A check's verdict. An AssertionError, so nbgrader scores the cell zero."""
+    """A check's verdict. An AssertionError, so nbgrader scores the cell zero.
+
+    IPython shows only the message (``_render_traceback_``), never the harness's source lines.
+    """
+
+    def _render_traceback_(self):
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+class BudgetExceeded(Exception):
+    """Raised inside learner code when it creates a tensor or spends time beyond a case's budget."""
 
 
 # ----------------------------------------------------------------------------------------------
 # Cases, mutants, exercises
 # ----------------------------------------------------------------------------------------------
+@dataclass
+class Budget:
+    """What one call of an implementation may spend.
+
+    ``numel``: the largest tensor it may create (elements); ``seconds``: wall time for one call;
+    ``why``: the sentence that says what the limit stands for ("a banded kernel never builds the
+    S×S scores"); it appears in the failure message.
+    """
+
+    numel: int | None = None
+    seconds: float | None = None
+    why: str = ""
+
+
 @dataclass
 class Case:
     """One input to an exercise.
@@ -45,6 +87,11 @@ class Case:
     ``label`` is what the learner reads ("B=2, H=3, S_q=5, S_k=7, D=4, mask with a fully masked
     row"); ``args``/``kwargs`` go to the function (or to ``forward`` for a module); ``init`` holds
     what a module exercise needs to build the module (``ctor`` args and a ``state`` dict).
+    ``grad``: also compare the gradients of a fixed random loss of the outputs with respect to
+    every floating-point input (and the module's parameters), in the inputs' dtype (float64).
+    ``judge(got) -> message or None``: judge the output directly instead of comparing it with the
+    reference (statistics such as dropout's, structure such as a cache's state).
+    ``budget``: overrides the exercise's budget for this case.
     """
 
     label: str
@@ -52,6 +99,10 @@ class Case:
     kwargs: dict = field(default_factory=dict)
     init: dict = field(default_factory=dict)
     tol: tuple | None = None  # (atol, rtol) for this case only, e.g. for statistical estimates
+    grad: bool = False
+    judge: Callable | None = None
+    budget: Budget | None = None
+    run: Callable | None = None  # overrides the exercise's runner for this case (e.g. repeated calls)
 
 
 @dataclass
@@ -64,11 +115,35 @@ class Mutant:
 
 
 @dataclass
+class Variant:
+    """A correct answer written differently from the reference; it must pass the check."""
+
+    name: str
+    impl: Any
+
+
+@dataclass
 class Forbidden:
-    """Functions a from-scratch exercise may not call; ``label`` is how the message names them."""
+    """Functions a from-scratch exercise may not call; ``label`` is how the message names them.
+
+    ``funcs`` are caught as torch functions (or patched Python entry points); ``aten`` are the
+    aten operator packets they reach, caught below ``torch.ops.aten.*`` calls and calls made with
+    torch-function handling disabled.
+    """
 
     label: str
     funcs: tuple = ()
+    aten: tuple = ()
+
+
+DEFAULT_SECONDS = 3.0  # per call, on the small inputs of a check: generous for Python loops
+
+
+def default_budget(case: Case) -> Budget:
+    """No tensor larger than 64× the largest input (at least 2**20 elements); 3 s per call."""
+    biggest = max((t.numel() for t in _tensors((case.args, case.kwargs, case.init))), default=0)
+    return Budget(numel=max(2**20, 64 * biggest), seconds=DEFAULT_SECONDS,
+                  why="it builds a far larger intermediate than this exercise needs")
 
 
 @dataclass
@@ -83,12 +158,46 @@ class Exercise:
     atol: float = 1e-5
     rtol: float = 1e-4
     output_names: tuple | None = None  # e.g. ("output", "weights") for messages
-    extra_checks: tuple = ()  # callables (impl) -> None that raise CheckFailure
+    extra_checks: tuple = ()  # deprecated: write a Case with a `judge` instead (re-verified by the grader)
     default_seed: int = 0
+    variants: list = field(default_factory=list)
+    tips: tuple = ()  # callables (impl) -> str | None: printed advice that never fails
+    budget: Callable[[Case], Budget] | None = None  # default: default_budget
+    rescale: Callable[[Case, float], Case] | None = None  # the case with the scores multiplied by c
+    scale_names: Callable[[Case], dict] | None = None  # {"1/sqrt(d_k)": value, ...}, correct one first
+    input_names: tuple | None = None  # names of the inputs for gradient messages (default: signature)
+    # The stub's docstring, word for word: everything the check demands is stated here or in the
+    # curriculum's conventions (tests/test_checks.py compares it with the solution notebook).
+    contract: str = ""
 
-    def call(self, impl, case: Case):
-        runner = self.run or (run_module if self.kind == "class" else run_function)
-        return runner(impl, case)
+    def call(self, impl, case: Case, guard: Callable = contextlib.nullcontext):
+        """Run ``impl`` on ``case``; learner code runs inside ``guard()`` (tripwires, budget).
+
+        For a ``grad`` case, returns a dict of the forward outputs and the gradients
+        (``{"out": ..., "weights": ..., "dL/dq": ...}``); the gradients are computed outside
+        ``guard`` (the harness calls autograd, the learner's code does not).
+        """
+        if case.grad:
+            return forward_and_grads(self, impl, case, guard)
+        runner = case.run or self.run or (run_module if self.kind == "class" else run_function)
+        with guard():
+            return runner(impl, case)
+
+    def case_budget(self, case: Case) -> Budget:
+        if case.budget is not None:
+            return case.budget
+        return (self.budget or default_budget)(case)
+
+
+def _tensors(obj, depth: int = 0):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 4 and isinstance(obj, (tuple, list)):
+        for v in obj:
+            yield from _tensors(v, depth + 1)
+    elif depth < 4 and isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v, depth + 1)
 
 
 def run_function(fn, case: Case):
@@ -140,44 +249,231 @@ def load_state_strict(module: nn.Module, state: dict, name: str, parameters_only
     module.load_state_dict(state, strict=not parameters_only)
 
 
+def _input_names(exercise: Exercise, n_args: int) -> list:
+    if exercise.input_names:
+        return list(exercise.input_names)
+    target = exercise.reference
+    if exercise.kind == "class":
+        target = getattr(target, "forward", target)
+    try:
+        params = [p for p in inspect.signature(target).parameters if p != "self"]
+    except (TypeError, ValueError):
+        params = []
+    return params + [f"arg{i}" for i in range(len(params), n_args)]
+
+
+def loss_weights(outputs: list, seed: int = 4321) -> list:
+    """Fixed random weights, one tensor per output: L = Σ_i (w_i ⊙ out_i).sum()."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype) for o in outputs]
+
+
+def forward_and_grads(exercise: Exercise, impl, case: Case, guard: Callable = contextlib.nullcontext) -> dict:
+    """Forward outputs and dL/d(input) (and dL/d(parameter)) for a fixed random loss L.
+
+    Every floating-point input becomes a fresh leaf that requires grad. The forward runs inside
+    ``guard`` (learner code); the loss and ``torch.autograd.grad`` run outside it.
+    """
+    def leaf(t):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            return t.detach().clone().requires_grad_()
+        return t
+
+    args = tuple(leaf(a) for a in case.args)
+    kwargs = {k: leaf(v) for k, v in case.kwargs.items()}
+    names = _input_names(exercise, len(args))
+    targets = [(f"dL/d{names[i]}", a) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+    targets += [(f"dL/d{k}", v) for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.requires_grad]
+    leaf_case = replace(case, args=args, kwargs=kwargs, grad=False)
+    with torch.enable_grad():
+        if exercise.kind == "class" and exercise.run is None:
+            with guard():
+                module = build_module(impl, leaf_case)
+                module.to(torch.float64)
+                out = module(*args, **kwargs)
+            targets += [(f"dL/d{n}", p) for n, p in sorted(module.named_parameters()) if p.requires_grad]
+        else:
+            runner = exercise.run or run_function
+            with guard():
+                out = runner(impl, leaf_case)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    floats = [o for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad]
+    result = {}
+    names_out = exercise.output_names or tuple(f"output[{i}]" for i in range(len(outs)))
+    if isinstance(out, (tuple, list)):
+        for i, o in enumerate(outs):
+            result[names_out[i] if i < len(names_out) else f"output[{i}]"] = _detach(o)
+    else:
+        result[exercise.output_names[0] if exercise.output_names else "output"] = _detach(out)
+    if not floats:
+        for name, t in targets:
+            result[name] = "no gradient: the output does not depend on the inputs through autograd"
+        return result
+    weights = loss_weights(floats)
+    loss = sum((o * w).sum() for o, w in zip(floats, weights))
+    grads = torch.autograd.grad(loss, [t for _, t in targets], allow_unused=True)
+    for (name, t), g in zip(targets, grads):
+        result[name] = torch.zeros_like(t.detach()) if g is None else g.detach()
+    return result
+
+
+def _detach(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if isinstance(x, (tuple, list)):
+        return type(x)(_detach(v) for v in x)
+    return x
+
+
 # ----------------------------------------------------------------------------------------------
-# Tripwires: a from-scratch exercise must not call what it re-implements
+# Tripwires: a from-scratch exercise must not call what it re-implements, nor overspend
 # ----------------------------------------------------------------------------------------------
 class _Tripwire(TorchFunctionMode):
-    def __init__(self, forbidden: Sequence[Forbidden]):
+    """Torch-function-level tripwires: forbidden functions, the largest tensor, the time spent.
+
+    (At this level, unlike a dispatch mode, tensor subclasses such as PyTorch's CausalBias can
+    still be created inside learner code.)
+    """
+
+    def __init__(self, forbidden: Sequence[Forbidden], budget: Budget | None = None):
         super().__init__()
         self.table = {}
         for group in forbidden:
             for f in group.funcs:
                 self.table[f] = group.label
+        self.budget = budget
+        self.deadline = None
+        if budget is not None and budget.seconds is not None:
+            self.deadline = time.perf_counter() + budget.seconds
+
+    def _too_big(self, numel, shape, name):
+        b = self.budget
+        what = f"a tensor of shape {tuple(shape)}" if shape is not None else "a tensor"
+        raise BudgetExceeded(
+            f"it creates {what} ({_fmt_numel(numel)} elements, in {name}) where this case "
+            f"allows at most {_fmt_numel(b.numel)}: {b.why}"
+        )
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         label = self.table.get(func)
         if label is not None:
             raise ForbiddenCall(label, getattr(func, "__name__", str(func)))
+        b = self.budget
+        if b is None:
+            return func(*args, **kwargs)
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise BudgetExceeded(f"it ran longer than {b.seconds:g} s on a small input")
+        name = getattr(func, "__name__", str(func))
+        if b.numel is not None:
+            est = _estimate_numel(name, args)
+            if est > b.numel:
+                self._too_big(est, None, name)
+        out = func(*args, **kwargs)
+        if b.numel is not None:
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and t.numel() > b.numel:
+                    self._too_big(t.numel(), t.shape, name)
+        return out
+
+
+def _fmt_numel(n: int) -> str:
+    return f"{n:,}"
+
+
+_MATMULS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "addmm"}
+
+
+def _estimate_numel(name: str, args) -> int:
+    """The size of the output a matmul or a broadcasting op is about to allocate (0: unknown)."""
+    tensors = [t for t in args if isinstance(t, torch.Tensor)]
+    try:
+        if name in _MATMULS and len(tensors) >= 2:
+            a, b = tensors[-2], tensors[-1]
+            if a.dim() >= 2 and b.dim() >= 2:
+                batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+                return math.prod(batch) * a.shape[-2] * b.shape[-1]
+            return 0
+        if len(tensors) >= 2:
+            return math.prod(torch.broadcast_shapes(*(t.shape for t in tensors)))
+    except Exception:  # noqa: BLE001 - not broadcastable: the op will say so itself
+        return 0
+    return 0
+
+
+class _Limits(TorchDispatchMode):
+    """Aten-level tripwire for forbidden operators: catches ``torch.ops.aten.*`` calls and calls
+    made with torch-function handling disabled. Used only where an exercise forbids something."""
+
+    def __init__(self, aten_table: dict):
+        super().__init__()
+        self.aten_table = aten_table
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        label = self.aten_table.get(func.overloadpacket)
+        if label is not None:
+            raise ForbiddenCall(label, str(func.overloadpacket))
         return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager
-def learner_code(forbidden: Sequence[Forbidden] = ()):
-    """Run learner code: forbidden torch functions and ``utils.reference`` raise ForbiddenCall."""
+def _alarm(seconds: float | None):
+    """SIGALRM after ``seconds`` (main thread only): stops a pure-Python loop that overspends."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise BudgetExceeded(f"it ran longer than {seconds:g} s on a small input")
+
+    try:
+        old = signal.signal(signal.SIGALRM, on_alarm)
+    except (ValueError, OSError):  # not allowed here: the dispatch-level clock still applies
+        yield
+        return
+    previous = signal.setitimer(signal.ITIMER_REAL, 0)[0]
+    if previous:  # someone else's alarm is pending: leave it alone
+        signal.setitimer(signal.ITIMER_REAL, previous)
+        signal.signal(signal.SIGALRM, old)
+        yield
+        return
+    signal.setitimer(signal.ITIMER_REAL, seconds + 0.5)  # the dispatch clock usually fires first
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextlib.contextmanager
+def learner_code(forbidden: Sequence[Forbidden] = (), budget: Budget | None = None):
+    """Run learner code: forbidden functions, operators and ``utils.reference`` raise
+    ForbiddenCall; going over ``budget`` raises BudgetExceeded."""
     _learner_depth.n = getattr(_learner_depth, "n", 0) + 1
     patches = []
+    aten_table = {}
+    for group in forbidden:
+        for op in group.aten:
+            aten_table[op] = group.label
     try:
         for group in forbidden:
             for f in group.funcs:
                 # Python-level entry points that are not torch functions (nn.MultiheadAttention,
-                # torch.autograd.backward) are patched for the duration of the call.
+                # the autograd engine) are patched for the duration of the call.
                 owner = getattr(f, "_tripwire_owner", None)
                 if owner is not None:
                     attr = f._tripwire_attr
-                    patches.append((owner, attr, getattr(owner, attr)))
-                    setattr(owner, attr, _raiser(group.label, attr))
-        with _Tripwire(forbidden):
+                    patches.append((owner, attr, owner.__dict__.get(attr, getattr(owner, attr)), attr in owner.__dict__))
+                    setattr(owner, attr, f._tripwire_replacement(group.label))
+        aten = _Limits(aten_table) if aten_table else contextlib.nullcontext()
+        with _Tripwire(forbidden, budget), aten, _alarm(budget.seconds if budget else None):
             yield
     finally:
-        for owner, attr, old in reversed(patches):
-            setattr(owner, attr, old)
+        for owner, attr, old, own in reversed(patches):
+            if own:
+                setattr(owner, attr, old)
+            else:
+                delattr(owner, attr)
         _learner_depth.n -= 1
 
 
@@ -188,13 +484,30 @@ def _raiser(label, name):
     return raise_forbidden
 
 
-def patched_entry(owner, attr):
-    """A marker for a forbidden entry point that must be patched rather than intercepted."""
+class _RaisingProxy:
+    """Stands in for an object (the autograd engine): any attribute use raises ForbiddenCall."""
+
+    def __init__(self, label, name):
+        self._label, self._name = label, name
+
+    def __getattr__(self, attr):
+        raise ForbiddenCall(self._label, f"{self._name}.{attr}")
+
+
+def patched_entry(owner, attr, proxy: bool = False):
+    """A marker for a forbidden entry point that must be patched rather than intercepted.
+
+    ``proxy``: replace an object (whose methods are looked up at call time) rather than a function.
+    """
 
     class _Entry:
         _tripwire_owner = owner
         _tripwire_attr = attr
         __name__ = attr
+
+        @staticmethod
+        def _tripwire_replacement(label):
+            return _RaisingProxy(label, attr) if proxy else _raiser(label, attr)
 
         def __hash__(self):
             return hash((id(owner), attr))
@@ -295,6 +608,23 @@ def compare(expected, got, atol: float, rtol: float, path: str = "output") -> st
                 f"(tolerance {atol:g} + {rtol:g}·|expected|)."
             )
         return None
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return f"{path} should be {describe(expected)}, but your code returned {describe(got)}."
+        for key, e in expected.items():
+            sub = key if path == "output" else f"{path}[{key!r}]"
+            if key not in got:
+                return f"{sub} is missing."
+            if isinstance(e, str):  # a note in place of a value (e.g. no gradient): must match
+                if got[key] != e:
+                    return f"{sub}: expected a value, but {e if isinstance(got[key], str) else 'got one'}."
+                continue
+            if isinstance(got[key], str):
+                return f"{sub}: {got[key]}."
+            msg = compare(e, got[key], atol, rtol, sub)
+            if msg:
+                return msg
+        return None
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)):
             return f"{path} should be {describe(expected)}, but your code returned {describe(got)}."
@@ -362,9 +692,13 @@ def validate_impl(exercise: Exercise, impl) -> None:
         raise CheckFailure(f"`{exercise.name}` should be a function; got {describe(impl)}.")
 
 
+def _guard_for(exercise: Exercise, case: Case) -> Callable:
+    budget = exercise.case_budget(case)
+    return lambda: learner_code(exercise.forbidden, budget)
+
+
 def _call_learner(exercise: Exercise, impl, case: Case):
-    with learner_code(exercise.forbidden):
-        return exercise.call(impl, case)
+    return exercise.call(impl, case, guard=_guard_for(exercise, case))
 
 
 def _forbidden_message(exercise: Exercise, err: ForbiddenCall) -> str:
@@ -387,50 +721,209 @@ def tolerance(exercise: Exercise, case: Case) -> tuple:
     return case.tol if case.tol is not None else (exercise.atol, exercise.rtol)
 
 
+class _Crashed:
+    """Stands for the output of a case on which the learner's code raised."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def _where_in_learner_code(err: BaseException) -> str:
+    """' (line N: `code`)' for the innermost frame of the learner's own code, if any."""
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if "/utils/" not in f.filename and "/torch/" not in f.filename
+            and "/site-packages/" not in f.filename and "/lib/python" not in f.filename]
+    if not mine:
+        return ""
+    f = mine[-1]
+    code = f" `{f.line.strip()}`" if f.line else ""
+    return f" (at line {f.lineno}:{code})"
+
+
+def judge_case(exercise: Exercise, case: Case, expected, got) -> str | None:
+    """The verdict on one case: None when right, else one sentence (the grader uses this too)."""
+    if case.judge is not None:
+        try:
+            return case.judge(got)
+        except Exception as err:  # noqa: BLE001 - a malformed output the judge could not read
+            return f"the output could not be judged ({type(err).__name__}: {err}); got {describe(got)}."
+    return compare(expected, got, *tolerance(exercise, case))
+
+
+def expected_output(exercise: Exercise, case: Case, i: int):
+    """The reference's output on case ``i`` (None for a judged case)."""
+    if case.judge is not None:
+        return None
+    from .._guard import unguarded
+
+    with torch.random.fork_rng():
+        torch.manual_seed(case_seed(i))
+        return exercise.call(unguarded(exercise.reference), case)
+
+
 def evaluate(exercise: Exercise, impl, cases: list) -> tuple[list, list, list]:
-    """Run ``impl`` on every case: (outputs, per-case error message or None, expected)."""
+    """Run ``impl`` on every case: (outputs, per-case error message or None, expected).
+
+    A case on which the learner's code raises gets a _Crashed output and a message; the other
+    cases still run, so the diagnosis can use them. A forbidden call, or a stub that is not
+    implemented, stops the check at once.
+    """
     outputs, errors, expected = [], [], []
     for i, case in enumerate(cases):
-        torch.manual_seed(case_seed(i))  # the same random state for reference, learner and mutants
-        exp = exercise.call(exercise.reference, case)
+        exp = expected_output(exercise, case, i)
         expected.append(exp)
         try:
             torch.manual_seed(case_seed(i))
             got = _call_learner(exercise, impl, case)
         except ForbiddenCall as err:
             raise CheckFailure(_forbidden_message(exercise, err)) from None
-        except CheckFailure:
-            raise
         except NotImplementedError:
             raise CheckFailure(
                 f"{exercise.name} is not implemented yet: replace `raise NotImplementedError()` with your code."
             ) from None
-        except Exception as err:  # the learner's bug: say which case, keep the traceback chained
-            raise CheckFailure(
-                f"{exercise.name} raised {type(err).__name__} on case [{case.label}]: {err}"
-            ) from err
+        except BudgetExceeded as err:
+            outputs.append(_Crashed(f"over budget: {err}"))
+            errors.append(f"{exercise.name} is over its budget on this case: {err}.")
+            continue
+        except CheckFailure as err:  # a runner's own verdict on this case
+            outputs.append(_Crashed(str(err)))
+            errors.append(str(err))
+            continue
+        except Exception as err:  # the learner's bug: say which case and where, go on
+            outputs.append(_Crashed(_crash_message(err)))
+            errors.append(f"{exercise.name} raised {type(err).__name__}{_where_in_learner_code(err)}: {err}")
+            continue
         outputs.append(got)
-        errors.append(compare(exp, got, *tolerance(exercise, case)))
+        errors.append(judge_case(exercise, case, exp, got))
     return outputs, errors, expected
 
 
-def diagnose(exercise: Exercise, cases: list, outputs: list) -> list[Mutant]:
-    """The mutants whose output matches the learner's on every case."""
-    found = []
+def _same_as(exercise: Exercise, impl, cases: list, outputs: list, expected: list) -> bool:
+    """True when ``impl`` (a mutant) matches the learner on every case where both ran (or where
+    both raised the same error), and the mistake shows on at least one of them."""
+    shown = False
+    with torch.random.fork_rng():
+        for i, (c, out) in enumerate(zip(cases, outputs)):
+            if c.judge is not None:
+                continue
+            try:
+                torch.manual_seed(case_seed(i))
+                with warnings.catch_warnings(), _Tripwire((), exercise.case_budget(c)):
+                    warnings.simplefilter("ignore")
+                    m = exercise.call(impl, c)
+            except Exception as err:  # noqa: BLE001 - the mutant cannot run this case
+                if isinstance(out, _Crashed) and out.message == _crash_message(err):
+                    shown = True  # the same error as the learner's: evidence for this mistake
+                    continue
+                if isinstance(out, _Crashed):
+                    continue
+                continue
+            if isinstance(out, _Crashed):
+                continue  # the mutant ran where the learner's code raised: no evidence either way
+            if compare(m, out, *tolerance(exercise, c)) is not None:
+                return False
+            if compare(expected[i], m, *tolerance(exercise, c)) is not None:
+                shown = True
+    return shown
+
+
+def _crash_message(err: BaseException) -> str:
+    text = str(err).split("Hint:")[0].strip()  # autograd appends a long hint that may vary
+    return f"{type(err).__name__}: {text}"
+
+
+def diagnose(exercise: Exercise, cases: list, outputs: list, expected: list | None = None) -> list[str]:
+    """Hints for the known mistakes whose outputs match the learner's where both ran."""
+    if expected is None:
+        expected = [expected_output(exercise, c, i) for i, c in enumerate(cases)]
+    hints = []
     for mutant in exercise.mutants:
-        try:
-            with torch.random.fork_rng():
-                same = True
-                for i, (c, out) in enumerate(zip(cases, outputs)):
-                    torch.manual_seed(case_seed(i))
-                    if compare(exercise.call(mutant.impl, c), out, *tolerance(exercise, c)) is not None:
-                        same = False
-                        break
-        except Exception:
-            same = False
-        if same:
-            found.append(mutant)
-    return found
+        if _same_as(exercise, mutant.impl, cases, outputs, expected):
+            hints.append(mutant.hint)
+    if not hints and exercise.rescale is not None:
+        hint = _diagnose_scale(exercise, cases, outputs, expected)
+        if hint:
+            hints.append(hint)
+    budget_notes = [o.message for o in outputs if isinstance(o, _Crashed) and o.message.startswith("over budget")]
+    if budget_notes and not hints:
+        hints.append(budget_notes[0][len("over budget: "):])
+    return hints
+
+
+def _best_factor(exercise: Exercise, case: Case, i: int, got) -> float | None:
+    """The factor c for which the reference on ``rescale(case, c)`` matches ``got``, if any."""
+    from .._guard import unguarded
+
+    ref = unguarded(exercise.reference)
+
+    def err(logc: float) -> float:
+        with torch.random.fork_rng():
+            torch.manual_seed(case_seed(i))
+            out = exercise.call(ref, exercise.rescale(case, math.exp(logc)))
+        return _max_abs_diff(out, got)
+
+    grid = [x / 8.0 for x in range(-48, 49)]  # c from e^-6 to e^6
+    errs = [err(x) for x in grid]
+    k = min(range(len(grid)), key=errs.__getitem__)
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
+    for _ in range(30):  # golden-section refinement
+        m1, m2 = lo + 0.382 * (hi - lo), lo + 0.618 * (hi - lo)
+        if err(m1) < err(m2):
+            hi = m2
+        else:
+            lo = m1
+    logc = (lo + hi) / 2
+    with torch.random.fork_rng():
+        torch.manual_seed(case_seed(i))
+        out = exercise.call(ref, exercise.rescale(case, math.exp(logc)))
+    if compare(out, got, *(x * 10 for x in tolerance(exercise, case))) is None and abs(logc) > 1e-3:
+        return math.exp(logc)
+    return None
+
+
+def _max_abs_diff(a, b) -> float:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape:
+        d = (a.detach().double() - b.detach().double()).abs().nan_to_num(nan=1e9, posinf=1e9, neginf=1e9)
+        return float(d.max()) if d.numel() else 0.0
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        return max((_max_abs_diff(x, y) for x, y in zip(a, b)), default=0.0)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return max((_max_abs_diff(a[k], b.get(k)) for k in a), default=0.0)
+    return 1e9
+
+
+def _diagnose_scale(exercise: Exercise, cases: list, outputs: list, expected: list) -> str | None:
+    """'the scores were scaled by the wrong factor': the reference with another scale matches."""
+    found = []
+    for i, (case, out) in enumerate(zip(cases, outputs)):
+        if isinstance(out, _Crashed) or case.judge is not None or case.grad:
+            continue
+        if compare(expected[i], out, *tolerance(exercise, case)) is None:
+            continue  # this case does not show the mistake (e.g. S_k = 1)
+        c = _best_factor(exercise, case, i, out)
+        if c is None:
+            return None
+        found.append((i, case, c))
+        if len(found) == 3:
+            break
+    if not found:
+        return None
+    i, case, c = found[0]
+    if exercise.scale_names is None:
+        return (f"the scores were scaled by the wrong factor: your output equals the reference's with the "
+                f"scores multiplied by an extra {c:.4g} (case [{case.label}]).")
+    names = exercise.scale_names(case)
+    right_name, right = next(iter(names.items()))
+    used = c * right
+    match = None
+    for name, value in list(names.items())[1:]:
+        if all(abs(cc * next(iter(exercise.scale_names(cs).values())) - exercise.scale_names(cs)[name])
+               <= 0.02 * abs(exercise.scale_names(cs)[name]) for _, cs, cc in found):
+            match = name
+            break
+    said = f"{match} = {used:.4g}" if match else f"{used:.4g}"
+    return (f"the scores were scaled by the wrong factor: your output equals the reference's with the scores "
+            f"multiplied by {said} instead of {right_name} = {right:.4g} (case [{case.label}]).")
 
 
 def run_check(exercise: Exercise, impl, seed: int | None = None, quiet: bool = False) -> int:
@@ -454,18 +947,20 @@ def _run_check(exercise: Exercise, impl, seed: int | None, quiet: bool) -> int:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         cases = exercise.make_cases(seed)
-        outputs, errors, _ = evaluate(exercise, impl, cases)
+        outputs, errors, expected = evaluate(exercise, impl, cases)
         failed = [i for i, e in enumerate(errors) if e]
         if failed:
             first = failed[0]
+            crashed = sum(isinstance(outputs[i], _Crashed) for i in failed)
             lines = [
-                f"{exercise.name}: {len(failed)} of {len(cases)} cases failed.",
+                f"{exercise.name}: {len(failed)} of {len(cases)} cases failed"
+                + (f" ({crashed} raised an error)" if crashed else "") + ".",
                 f"First failing case: {cases[first].label}",
                 "  " + name_paths(exercise, errors[first]),
             ]
-            likely = diagnose(exercise, cases, outputs)
-            for m in likely:
-                lines.append(f"Likely mistake: {m.hint}")
+            for hint in diagnose(exercise, cases, outputs, expected):
+                if hint not in errors[first]:
+                    lines.append(f"Likely mistake: {hint}")
             raise CheckFailure("\n".join(lines))
         for extra in exercise.extra_checks:
             try:
@@ -475,7 +970,14 @@ def _run_check(exercise: Exercise, impl, seed: int | None, quiet: bool) -> int:
                 raise CheckFailure(_forbidden_message(exercise, err)) from None
     n = len(cases) + len(exercise.extra_checks)
     if not quiet:
-        print(f"✅ {exercise.name}: {n}/{n} cases passed")
+        print(f"✅ {exercise.name}: {n} visible cases passed. Grading runs more cases, on new random inputs.")
+        for tip in exercise.tips:
+            try:
+                text = tip(impl)
+            except Exception:  # noqa: BLE001 - a tip never fails the check
+                text = None
+            if text:
+                print(f"Tip (not graded): {text}")
     return n
 
 

@@ -5,36 +5,48 @@ import torch.nn.functional as F
 
 from ._core import Forbidden, patched_entry
 
+aten = torch.ops.aten
+
 SOFTMAX = Forbidden(
     "torch.softmax / F.softmax / Tensor.softmax",
     (torch.softmax, torch.Tensor.softmax, F.softmax, torch.special.softmax, torch._softmax,
      torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax, torch.special.log_softmax, F.softmin),
+    (aten._softmax, aten._log_softmax, aten._safe_softmax, aten.softmax, aten.log_softmax),
 )
 LOGSUMEXP = Forbidden(
     "torch.logsumexp / Tensor.logsumexp",
     (torch.logsumexp, torch.Tensor.logsumexp, torch.special.logsumexp),
+    (aten.logsumexp,),
 )
 SDPA = Forbidden(
     "F.scaled_dot_product_attention",
     (F.scaled_dot_product_attention,),
+    (aten.scaled_dot_product_attention, aten._scaled_dot_product_attention_math,
+     aten._scaled_dot_product_flash_attention_for_cpu, aten._safe_softmax),
 )
 MHA = Forbidden(
     "nn.MultiheadAttention / F.multi_head_attention_forward",
     (F.multi_head_attention_forward, torch._native_multi_head_attention,
      patched_entry(nn.MultiheadAttention, "forward")),
+    (aten._native_multi_head_attention,),
 )
 LAYERNORM = Forbidden(
     "nn.LayerNorm / F.layer_norm",
     (F.layer_norm, torch.layer_norm, torch.native_layer_norm, patched_entry(nn.LayerNorm, "forward")),
+    (aten.native_layer_norm, aten.layer_norm),
 )
+# Every path into the autograd engine (torch.autograd.grad, Tensor.backward, their aliases, and
+# functions imported before the check started) goes through Variable._execution_engine.
 AUTOGRAD = Forbidden(
     "autograd (backward / torch.autograd.grad)",
     (torch.autograd.grad, torch.Tensor.backward,
-     patched_entry(torch.autograd, "grad"), patched_entry(torch.autograd, "backward")),
+     patched_entry(torch.autograd, "grad"), patched_entry(torch.autograd, "backward"),
+     patched_entry(torch.autograd.variable.Variable, "_execution_engine", proxy=True)),
 )
 ATTENTION = (SOFTMAX, SDPA, MHA)
 SOFTMAX_BACKWARD = Forbidden(
     "torch._softmax_backward_data (PyTorch's own softmax backward)",
     (torch._softmax_backward_data, torch.ops.aten._softmax_backward_data,
      torch.ops.aten._softmax_backward_data.default),
+    (aten._softmax_backward_data,),
 )
