@@ -105,7 +105,7 @@ def test_efficient_exercise_rejects_a_quadratic_variant(name):
 
 
 def _solution_docstrings() -> dict:
-    """{exercise name: docstring of its def/class in the solution notebook} for every notebook."""
+    """{exercise name: docstring of the def/class (or method) of that name in a solution cell}."""
     import ast
     import inspect
     import json
@@ -114,13 +114,13 @@ def _solution_docstrings() -> dict:
     found = {}
     for path in sorted(Path(__file__).resolve().parents[1].glob("solutions/*/*.ipynb")):
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            if gid not in EXERCISES or cell["cell_type"] != "code":
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell["cell_type"] != "code" or not meta.get("solution"):
                 continue
             src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            for node in ast.parse(src).body:
-                if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == gid:
-                    found[gid] = inspect.cleandoc(ast.get_docstring(node) or "")
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in EXERCISES:
+                    found[node.name] = inspect.cleandoc(ast.get_docstring(node) or "")
     return found
 
 
