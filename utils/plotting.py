@@ -16,6 +16,18 @@ Every function
   being the cell's last expression, or by ``display(fig)``. Nothing calls ``plt.show()``.
   When you pass ``ax=``, the figure is yours: it is drawn on and returned, never closed.
 
+One look for the same thing everywhere:
+- theory / reference curves are dashed, without markers, drawn on top of the measured ones and
+  listed in the legend (``reference=``; names such as "theory: d_k" are recognised);
+- colours go by group, and a group keeps its colour in every figure of the session ("scaled"
+  is one colour in the whole notebook; ``groups=``, ``series_color``, ``set_colors``);
+- tick labels sit on positional ticks (repeated tokens such as "<pad>" each keep their own), and
+  crowded x labels follow one rule in every function: all rotated by ``XTICK_ROTATION`` degrees;
+- masked cells of an attention map (``mask=``) are grey and hatched, never a colormap colour;
+- text is cleaned before it is drawn: no emoji, and characters that no installed font can draw
+  are left out (Chinese renders through a CJK font when one is installed), so matplotlib never
+  prints a "Glyph ... missing" warning.
+
 Works headless (any backend, e.g. ``MPLBACKEND=Agg``); this module never selects a backend.
 """
 from __future__ import annotations
