@@ -15,6 +15,39 @@ WORK = GRADER / "work"
 BIN = Path(sys.executable).parent
 
 
+def secret_path() -> Path:
+    """The per-installation secret salt of the re-check's seeds (made at first use, never in git).
+
+    It lives in ``grader/.secret/`` (mode 0600), which no sandbox binds.
+    """
+    return Path(os.environ.get("GRADER_SECRET_FILE", str(GRADER / ".secret" / "salt")))
+
+
+def secret_salt() -> str:
+    path = secret_path()
+    try:
+        data = path.read_text().strip()
+        if len(data) >= 32:
+            return data
+    except OSError:
+        pass
+    import secrets
+
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    try:
+        os.link(tmp, path)  # the first writer wins; everyone reads the same salt
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    return path.read_text().strip()
+
+
 def assignments() -> list[str]:
     """Every assignment: solutions/<NN_name>/<NN_name>.ipynb."""
     return sorted(p.parent.name for p in SOLUTIONS.glob("*/*.ipynb") if p.stem == p.parent.name)
@@ -33,7 +66,7 @@ def db_url() -> str:
 
 
 def nbgrader(*args: str, db: str | None = None, root: Path = ROOT, check: bool = True,
-             extra_env: dict | None = None) -> subprocess.CompletedProcess:
+             extra_env: dict | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     """Run one nbgrader command on the course (config from grader/nbgrader_config.py)."""
     env = dict(os.environ)
     env["JUPYTER_CONFIG_PATH"] = str(GRADER)
@@ -41,10 +74,17 @@ def nbgrader(*args: str, db: str | None = None, root: Path = ROOT, check: bool =
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
     env.update(extra_env or {})
     cmd = [str(BIN / "nbgrader"), *args, f"--CourseDirectory.root={root}"]
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        proc = subprocess.CompletedProcess(cmd, -9, _str(err.stdout), _str(err.stderr) + f"\nstopped after {timeout} s")
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def _str(x) -> str:
+    return x.decode("utf-8", "replace") if isinstance(x, bytes) else (x or "")
 
 
 def generate(assignment: str, release_dir: Path, db: str | None = None) -> Path:

@@ -15,6 +15,7 @@ For each student and assignment (``<submissions>/<student>/<assignment>/<assignm
 """
 from __future__ import annotations
 
+import ast
 import concurrent.futures as futures
 import copy
 import csv
@@ -32,10 +33,14 @@ import nbformat
 from . import course, sandbox, verify
 from .restore import grade_id, is_answer, is_test, load_submission, nbg, restore
 
-CELL_TIMEOUT = int(os.environ.get("GRADER_CELL_TIMEOUT", "60"))
-NOTEBOOK_TIMEOUT = int(os.environ.get("GRADER_NOTEBOOK_TIMEOUT", "420"))
+CELL_TIMEOUT = int(os.environ.get("GRADER_CELL_TIMEOUT", "30"))
+NOTEBOOK_TIMEOUT = int(os.environ.get("GRADER_NOTEBOOK_TIMEOUT", "60"))
 WORKERS = int(os.environ.get("GRADER_WORKERS", str(min(2, os.cpu_count() or 1))))
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+NBGRADER_TIMEOUT = int(os.environ.get("GRADER_NBGRADER_TIMEOUT", "600"))
+STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")  # used with fullmatch: no trailing newline
+MAX_NOTEBOOK_BYTES = int(os.environ.get("GRADER_MAX_NOTEBOOK_BYTES", str(8 * 2**20)))
+MAX_CELLS = int(os.environ.get("GRADER_MAX_CELLS", "1000"))
+EXECUTED_CAP = 32 * 2**20
 
 NO_EXEC_CONFIG = """
 from nbgrader.preprocessors import (DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata,
@@ -90,7 +95,7 @@ def find_jobs(submissions: Path, assignments: list[str] | None) -> tuple[list[Jo
         raise SystemExit(f"unknown assignment(s): {', '.join(unknown)} (known: {', '.join(known)})")
     jobs = []
     for sdir in students:
-        if not STUDENT_ID.match(sdir.name):
+        if not STUDENT_ID.fullmatch(sdir.name):
             skipped.append(f"{sdir.name!r}: not a valid student id (letters, digits, _ . @ -)")
             continue
         for a in assignments:
@@ -107,12 +112,19 @@ def find_jobs(submissions: Path, assignments: list[str] | None) -> tuple[list[Jo
 
 
 # ------------------------------------------------------------------------------ one submission
-def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list) -> Outcome:
+def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list | None = None) -> Outcome:
     start = time.monotonic()
-    scratch = work / "scratch" / job.student / job.assignment
+    scratch = work / "scratch" / f"{job.student}-{job.assignment}"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
-    sub, problem = load_submission(job.path) if job.path else (None, "no notebook was submitted")
+    try:
+        return _grade_one(job, release, solution, work, scratch, start)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # nothing of a job outlives it
+
+
+def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Path, start: float) -> Outcome:
+    sub, problem = load_submission(job.path, MAX_NOTEBOOK_BYTES, MAX_CELLS) if job.path else (None, "no notebook was submitted")
     restored = restore(release, sub, problem)
     general = job.notes + restored.notes
     nb = restored.notebook
@@ -124,26 +136,29 @@ def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list)
             if is_test(cell) and cell.cell_type == "code":
                 cell.outputs = [_error("NotGraded", restored.problem)]
     else:
-        run_dir = scratch / "run"
-        run_dir.mkdir()
-        nbformat.write(nb, run_dir / "submission.ipynb")
-        shutil.copy(Path(__file__).with_name("_execute.py"), run_dir / "_execute.py")
         t0 = time.monotonic()
         res = sandbox.run([sys.executable, "_execute.py", "submission.ipynb", "executed.ipynb", str(CELL_TIMEOUT)],
-                          run_dir, sandbox.Limits(wall_seconds=NOTEBOOK_TIMEOUT), hide=hidden)
+                          files={"submission.ipynb": nbformat.writes(for_execution(nb)).encode(),
+                                 "_execute.py": Path(__file__).with_name("_execute.py")},
+                          outputs={"executed.ipynb": EXECUTED_CAP},
+                          limits=sandbox.Limits(wall_seconds=NOTEBOOK_TIMEOUT), expose=[course.ROOT / "utils"],
+                          host_dir=scratch)
         exec_seconds = time.monotonic() - t0
-        executed = _read_executed(run_dir / "executed.ipynb", nb)
+        executed, why_unusable = _read_executed(res.outputs.get("executed.ipynb"), nb)
         why_not_run = "; ".join(res.notes) or "the notebook stopped before this cell ran"
-        if not (run_dir / "executed.ipynb").exists():
+        if why_unusable or res.output_problems.get("executed.ipynb"):
             last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1][:300]
-            why_not_run = f"the notebook could not be executed ({last})"
+            why_not_run = f"the notebook could not be executed ({why_unusable or res.output_problems['executed.ipynb']}; {last})"
         for cell, done in zip(nb.cells, executed.cells):
-            if cell.cell_type == "code":
+            if cell.cell_type == "code" and done.get("cell_type") == "code":
                 if done.get("execution_count") is not None or done.get("outputs"):
-                    cell.outputs = done.get("outputs", [])
-                    cell.execution_count = done.get("execution_count")
+                    cell.outputs = _safe_outputs(done.get("outputs", []))
+                    cell.execution_count = done.get("execution_count") if isinstance(done.get("execution_count"), int) else None
                 elif is_test(cell):
                     cell.outputs = [_error("NotExecuted", why_not_run)]
+        for cell in nb.cells:
+            if is_test(cell) and cell.cell_type == "code" and not cell.get("outputs") and cell.get("execution_count") is None:
+                cell.outputs = [_error("NotExecuted", why_not_run)]
         if res.notes:
             general += res.notes
         for cell in nb.cells:  # an answer cell that timed out or killed the kernel explains its test
@@ -153,15 +168,23 @@ def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list)
                     if out.get("output_type") == "error" and out.get("ename") in ("TimeoutError", "DeadKernelError"):
                         general.append(f"the answer cell `{gid}` stopped: {out.get('evalue')}")
 
-        verdicts = verify.verify(nb, job.student, job.assignment, scratch / "verify",
-                                 sandbox.Limits(wall_seconds=240), hide=hidden)
+        verdicts = verify.verify(nb, job.student, job.assignment, host_dir=scratch)
         verdicts.update({f"test_{k}": v for k, v in verify.check_quizzes(nb, solution).items()})
         verdicts = {(k if k.startswith("test_") else f"test_{k}"): v for k, v in verdicts.items()}
         for cell in nb.cells:
             gid = grade_id(cell)
             v = verdicts.get(gid)
-            if v is not None and not v.ok and is_test(cell) and not _failed(cell):
+            if v is None or not is_test(cell):
+                continue
+            if not v.ok and not _failed(cell):
                 cell.outputs.append(_error("VerificationError", f"independent re-check failed: {v.reason}"))
+            elif v.ok and _failed(cell):
+                # The re-check (new secret inputs, outside the kernel, its own time budget) is the
+                # grade: a test cell the kernel did not reach, or failed because another cell hung,
+                # crashed or slowed the kernel down, loses nothing.
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+                    "✅ passed the independent re-check on new inputs, which is the grade (in the notebook "
+                    f"this cell did not pass: {(_failure(cell) or '')[:300]})\n"))]
 
     for cell in nb.cells:
         gid = grade_id(cell)
@@ -186,8 +209,28 @@ def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list)
                 if key in reasons:
                     reasons[key] += f" ({note})"
 
+    neutralise(nb)
     _store(nb, work, job)
     return Outcome(job.student, job.assignment, reasons, general, time.monotonic() - start, exec_seconds)
+
+
+def for_execution(nb):
+    """What the sandbox executes: the learner's cells, answers and test cells as they are; the
+    course's locked demo cells reduced to their definitions (imports, functions, classes,
+    constants). Demo cells score nothing; skipping their computations makes grading faster and
+    leaves a hanging learner function fewer chances to eat the notebook's time budget."""
+    run = copy.deepcopy(nb)
+    for cell in run.cells:
+        if cell.cell_type != "code" or is_test(cell) or is_answer(cell) or not nbg(cell).get("locked"):
+            continue
+        tree = verify.parse_cell(cell.source)
+        keep = []
+        for node in (tree.body if tree is not None else []):
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or \
+                    (isinstance(node, ast.Assign) and verify._is_constant(node.value)):
+                keep.append(ast.unparse(node))
+        cell.source = "\n".join(keep)
+    return run
 
 
 def _store(nb, work: Path, job: Job) -> None:
@@ -198,11 +241,87 @@ def _store(nb, work: Path, job: Job) -> None:
     nbformat.write(nb, dest / f"{job.assignment}.ipynb")
 
 
-def _read_executed(path: Path, fallback):
+def _read_executed(data: bytes | None, fallback):
+    """The executed notebook the sandbox wrote, or the fallback and why it is unusable."""
+    if data is None:
+        return copy.deepcopy(fallback), "it wrote no notebook"
     try:
-        return nbformat.read(path, as_version=4)
-    except Exception:
-        return copy.deepcopy(fallback)
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        if len(nb.cells) != len(fallback.cells):
+            return copy.deepcopy(fallback), "the executed notebook does not match the submission"
+        return nb, None
+    except Exception:  # noqa: BLE001 - forged or truncated
+        return copy.deepcopy(fallback), "the executed notebook is not a valid notebook"
+
+
+def _safe_outputs(outputs) -> list:
+    """Outputs written by learner code, as plain nbformat outputs (anything odd is dropped)."""
+    safe = []
+    for out in outputs if isinstance(outputs, list) else []:
+        if not isinstance(out, dict):
+            continue
+        kind = out.get("output_type")
+        if kind == "stream":
+            safe.append(nbformat.v4.new_output("stream", name="stderr" if out.get("name") == "stderr" else "stdout",
+                                               text=_text(out.get("text"))[:20_000]))
+        elif kind == "error":
+            safe.append(_error(_text(out.get("ename"))[:200], _text(out.get("evalue"))[:4000]))
+        elif kind in ("display_data", "execute_result"):
+            data = out.get("data") if isinstance(out.get("data"), dict) else {}
+            keep = {k: v for k, v in data.items() if k in ("text/plain", "text/html", "image/png", "text/markdown")}
+            keep = {k: _text(v)[:2_000_000] for k, v in keep.items()}
+            if kind == "execute_result":
+                safe.append(nbformat.v4.new_output("execute_result", data=keep, execution_count=None))
+            else:
+                safe.append(nbformat.v4.new_output("display_data", data=keep))
+    return safe
+
+
+def _text(value) -> str:
+    if isinstance(value, list):
+        return "".join(v for v in value if isinstance(v, str))
+    return value if isinstance(value, str) else ""
+
+
+HIDDEN_MARKERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN SOLUTION", "END SOLUTION")
+
+
+def neutralise(nb) -> None:
+    """Make the stored notebook safe to show: formgrader and the feedback HTML render it.
+
+    Learner HTML (outputs, written answers) is sanitised (no script, no event handler, no
+    iframe); JavaScript and SVG outputs are dropped; nbgrader's markers typed into a learner's own
+    cell are defused, so they cannot break `make feedback`."""
+    import bleach
+
+    for cell in nb.cells:
+        learner = is_answer(cell) or not nbg(cell)
+        if learner and isinstance(cell.get("source"), str):
+            src = cell.source
+            for marker in HIDDEN_MARKERS:
+                src = src.replace(marker, marker.replace(" ", "_").lower())
+            if cell.cell_type == "markdown":
+                src = _clean_html(bleach, src)
+            cell.source = src
+        for out in cell.get("outputs", []):
+            data = out.get("data")
+            if isinstance(data, dict):
+                for key in list(data):
+                    if key == "text/html":
+                        data[key] = _clean_html(bleach, _text(data[key]))
+                    elif key == "text/markdown":
+                        data[key] = _clean_html(bleach, _text(data[key]))
+                    elif key not in ("text/plain", "image/png"):
+                        del data[key]
+
+
+SAFE_TAGS = {"a", "b", "i", "em", "strong", "code", "pre", "p", "br", "ul", "ol", "li", "table", "thead", "tbody",
+             "tr", "th", "td", "span", "div", "sub", "sup", "h1", "h2", "h3", "h4", "blockquote", "hr"}
+
+
+def _clean_html(bleach, text: str) -> str:
+    return bleach.clean(text, tags=SAFE_TAGS, attributes={"a": ["href", "title"], "span": ["class"], "div": ["class"]},
+                        protocols={"http", "https"}, strip=False)
 
 
 def _error(ename: str, evalue: str):
@@ -241,7 +360,7 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     if not jobs:
         raise SystemExit(f"no submissions found in {submissions}")
     try:
-        sandbox.self_test(work / "self-test")
+        sandbox.self_test(extra_hidden=[submissions.resolve(), reports.resolve(), work])
     except RuntimeError as err:
         raise SystemExit(str(err)) from None
     wanted = sorted({j.assignment for j in jobs})
@@ -254,9 +373,7 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     outcomes: list[Outcome] = []
     bar = _progress(len(jobs), progress)
     with futures.ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        hidden = [submissions.resolve(), reports.resolve(), work]  # other students' work, the reports
-        todo = {pool.submit(grade_one, j, releases[j.assignment], solutions[j.assignment], work, hidden): j
-                for j in jobs}
+        todo = {pool.submit(grade_one, j, releases[j.assignment], solutions[j.assignment], work): j for j in jobs}
         for fut in futures.as_completed(todo):
             job = todo[fut]
             try:
@@ -267,12 +384,7 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     bar.close()
 
     for a in wanted:
-        proc = course.nbgrader("autograde", a, "--force", f"--CourseDirectory.submitted_directory={work / 'submitted'}",
-                               f"--CourseDirectory.autograded_directory={work / 'autograded'}",
-                               f"--CourseDirectory.release_directory={work / 'release'}",
-                               check=False, extra_env={"JUPYTER_CONFIG_PATH": _config_dir(work, "noexec", NO_EXEC_CONFIG)})
-        if proc.returncode != 0:
-            (work / f"nbgrader-autograde-{a}.log").write_text(proc.stdout + proc.stderr)
+        score_batch(work, a, sorted({o.student for o in outcomes if o.assignment == a}))
     rows, ex_rows = export(outcomes, reports)
     total = time.monotonic() - start
     (reports / "timing.json").write_text(json.dumps({
@@ -286,6 +398,34 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     if skipped:
         (reports / "skipped.txt").write_text("\n".join(skipped) + "\n")
     return "\n".join(lines)
+
+
+def score_batch(work: Path, assignment: str, students: list[str]) -> None:
+    """nbgrader scores this batch's students only (earlier batches keep their records). If the
+    batch run fails, each student is scored on their own, so one bad submission costs nobody else."""
+    if not students:
+        return
+    others = sorted(p.name for p in (work / "submitted").iterdir() if p.is_dir() and p.name not in set(students)
+                    and (p / assignment).is_dir())
+    config = _config_dir(work, "noexec", NO_EXEC_CONFIG)
+
+    def run(extra: list[str]) -> bool:
+        proc = course.nbgrader("autograde", assignment, "--force", *extra,
+                               f"--CourseDirectory.submitted_directory={work / 'submitted'}",
+                               f"--CourseDirectory.autograded_directory={work / 'autograded'}",
+                               f"--CourseDirectory.release_directory={work / 'release'}",
+                               check=False, extra_env={"JUPYTER_CONFIG_PATH": config}, timeout=NBGRADER_TIMEOUT)
+        if proc.returncode != 0:
+            with open(work / f"nbgrader-autograde-{assignment}.log", "a") as log:
+                log.write(f"--- {' '.join(extra)[:200]}\n{proc.stdout[-20000:]}{proc.stderr[-20000:]}\n")
+        return proc.returncode == 0
+
+    batch = [f"--CourseDirectory.student_id_exclude={','.join(others)}"] if others else []
+    if len(students) == 1:
+        batch = [f"--CourseDirectory.student_id={students[0]}"]
+    if not run(batch) and len(students) > 1:
+        for student in students:
+            run([f"--CourseDirectory.student_id={student}"])
 
 
 def _fallback(job: Job, release: dict, work: Path, why: str) -> Outcome:
@@ -355,12 +495,21 @@ def export(outcomes: list[Outcome], reports: Path) -> tuple[list, list]:
     with open(reports / "grades.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student_id", "assignment", "score", "max_score"])
-        w.writerows(rows)
+        w.writerows([[cell_safe(v) for v in r] for r in rows])
     with open(reports / "exercises.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student_id", "assignment", "exercise", "score", "max_score", "reason"])
-        w.writerows(ex_rows)
+        w.writerows([[cell_safe(v) for v in r] for r in ex_rows])
     return rows, ex_rows
+
+
+def cell_safe(value):
+    """A CSV value a spreadsheet shows as text: one that starts like a formula gets a leading '."""
+    if isinstance(value, str):
+        value = value.replace("\x00", "")
+        if value[:1] in ("=", "+", "-", "@", "\t", "\r", "|", "%"):
+            return "'" + value
+    return value
 
 
 def _order(name: str):
@@ -379,14 +528,25 @@ def feedback(reports: Path, out: Path, work: Path | None = None) -> int:
     if not (work / "autograded").is_dir():
         raise SystemExit("nothing has been autograded yet: run `make autograde` first")
     config = _config_dir(work, "feedback", FEEDBACK_CONFIG)
-    n = 0
     for a in sorted({p.name for p in (work / "autograded").glob("*/*") if p.is_dir()}):
-        course.nbgrader("generate_feedback", a, "--force",
-                        f"--CourseDirectory.submitted_directory={work / 'submitted'}",
-                        f"--CourseDirectory.autograded_directory={work / 'autograded'}",
-                        f"--CourseDirectory.feedback_directory={work / 'feedback'}",
-                        extra_env={"JUPYTER_CONFIG_PATH": config})
+        students = sorted(p.parent.name for p in (work / "autograded").glob(f"*/{a}") if p.is_dir())
+
+        def run(extra: list[str]) -> bool:
+            proc = course.nbgrader("generate_feedback", a, "--force", *extra,
+                                   f"--CourseDirectory.submitted_directory={work / 'submitted'}",
+                                   f"--CourseDirectory.autograded_directory={work / 'autograded'}",
+                                   f"--CourseDirectory.feedback_directory={work / 'feedback'}",
+                                   check=False, extra_env={"JUPYTER_CONFIG_PATH": config}, timeout=NBGRADER_TIMEOUT)
+            if proc.returncode != 0:
+                with open(work / f"nbgrader-feedback-{a}.log", "a") as log:
+                    log.write(f"--- {' '.join(extra)[:200]}\n{proc.stdout[-20000:]}{proc.stderr[-20000:]}\n")
+            return proc.returncode == 0
+
+        if not run([]):  # one student's notebook must not cost the others their feedback
+            for student in students:
+                run([f"--CourseDirectory.student_id={student}"])
     out.mkdir(parents=True, exist_ok=True)
+    n = 0
     for html in sorted((work / "feedback").glob("*/*/*.html")):
         student, assignment = html.parent.parent.name, html.parent.name
         dest = out / student / f"{assignment}.html"

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
 def nbg(cell: dict) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+    meta = cell.get("metadata", {})
+    m = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    return m if isinstance(m, dict) else {}
 
 
 def grade_id(cell: dict) -> str | None:
-    return nbg(cell).get("grade_id")
+    gid = nbg(cell).get("grade_id")
+    return gid if isinstance(gid, str) else None
 
 
 def is_test(cell: dict) -> bool:
@@ -50,19 +54,38 @@ class Restored:
     problem: str | None = None  # set when the submission could not be used at all
 
 
-def load_submission(path: Path) -> tuple[dict | None, str | None]:
-    if not path.exists():
+MAX_BYTES = 8 * 2**20  # a notebook larger than this is refused before any work is done
+MAX_CELLS = 1000
+
+
+def load_submission(path: Path, max_bytes: int = MAX_BYTES, max_cells: int = MAX_CELLS) -> tuple[dict | None, str | None]:
+    from .sandbox import read_regular
+
+    if not os.path.lexists(path):
         return None, "no notebook was submitted for this assignment"
+    data, why = read_regular(path, max_bytes)
+    if data is None:
+        if "larger" in (why or ""):
+            return None, f"the notebook file is larger than {max_bytes // 2**20} MiB: it was not graded"
+        return None, f"the notebook file could not be read ({why})"
     try:
-        with open(path, encoding="utf-8") as f:
-            nb = json.load(f)
+        nb = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        return None, "the notebook file is nested too deeply to be a notebook"
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         return None, f"the notebook file is not valid notebook JSON ({type(err).__name__}: {str(err)[:120]})"
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         return None, "the notebook file has no list of cells"
+    if len(nb["cells"]) > max_cells:
+        return None, f"the notebook has {len(nb['cells'])} cells, more than the {max_cells} allowed: it was not graded"
     for cell in nb["cells"]:
         if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
             return None, "the notebook file has a malformed cell"
+        src = cell.get("source", "")
+        if not isinstance(src, str) and not (isinstance(src, list) and all(isinstance(x, str) for x in src)):
+            return None, "the notebook file has a cell whose source is not text"
+        if not isinstance(cell.get("metadata", {}), dict):
+            return None, "the notebook file has a cell whose metadata is not an object"
     return nb, None
 
 

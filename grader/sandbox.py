@@ -1,21 +1,43 @@
 """Run untrusted learner code in a sandbox with limits.
 
-With bubblewrap (``bwrap``, Debian's ``bubblewrap``): new user, pid, net, ipc and uts namespaces
-(no network but a private loopback), the whole filesystem read-only, ``solutions/``, ``grader/``,
-``.git``, the submissions and the reports hidden under empty tmpfs, a private ``/tmp``, and one
-writable scratch folder. Always, with or without bwrap: a cgroup (v1 or v2, where writable) caps
-processes and memory, rlimits cap address space, CPU time, file size and open files, and a wall-clock
-timeout kills the whole process group. Without bwrap the limits stay and a warning says the
-filesystem and network are not isolated.
+Everything a sandboxed process can reach is listed here; nothing else of the host exists for it.
+
+* **Nothing is bound unless it is needed.** The sandbox's root is an empty tmpfs; the system
+  (``/usr``, ``/lib*``, a few files of ``/etc``), the Python installation and the virtual
+  environment are bound read-only, and, only when a caller asks (``expose``), a course folder
+  such as ``utils/``. The rest of the course (``solutions/``, ``grader/``, ``.git``, ``tests/``, an
+  earlier ``reports/``), the submissions, the gradebook, the grader's secret salt, other
+  checkouts of the course and the home folder are not there at all.
+* **No privilege.** Run as root (CI, a container), bubblewrap drops every capability but
+  SETUID/SETGID/SETPCAP, and ``setpriv`` then switches to an unprivileged uid of the host (one per
+  concurrent run) with an empty bounding set: learner code runs with no capability and cannot
+  mount, unmount or remount anything. Run as an ordinary user, bubblewrap makes a user namespace
+  and drops every capability in it. ``self_test`` refuses to grade if a sandboxed process keeps
+  any capability or can read a hidden path.
+* **Scratch is small and private.** The working folder (``/tmp/sandbox``, also HOME) is a tmpfs
+  of ``Limits.scratch_bytes``, gone when the run ends. Inputs are bound read-only as single files;
+  each declared output is one host file bound at its name (learner code can write it, up to
+  ``Limits.file_bytes``, but cannot replace it by a link or a FIFO, or create any other host file).
+  Outputs are read back with :func:`read_regular` (no link followed, no blocking, size-capped), and
+  the run's host folder is deleted afterwards.
+* **Limits.** A cgroup (v1 or v2, where writable) caps processes and memory, rlimits cap address
+  space, CPU time, file size and open files, and a wall-clock timeout kills the whole process group.
+  No network: a new network namespace with only loopback.
+
+Without bubblewrap the limits stay and a warning says the filesystem and network are not isolated.
 """
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 import warnings
@@ -24,7 +46,10 @@ from pathlib import Path
 
 from . import course
 
-SCRATCH_IN_SANDBOX = "/tmp/sandbox"
+WORKDIR = "/tmp/sandbox"  # the working folder and HOME inside the sandbox
+SANDBOX_UID_BASE = int(os.environ.get("GRADER_SANDBOX_UID", "61000"))  # uids for learner code when root
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts",
+        "host.conf", "localtime", "fonts", "mime.types", "alternatives", "gai.conf", "protocols")
 
 
 @dataclass
@@ -34,8 +59,9 @@ class Limits:
     address_space_bytes: int = 10 * 2**30  # per process (RLIMIT_AS): a 20 GB tensor fails cleanly
     max_processes: int = 256  # cgroup pids.max: a fork storm stops here
     cpu_seconds: int = 900  # per process (RLIMIT_CPU)
-    file_bytes: int = 256 * 2**20  # largest file a process may write (RLIMIT_FSIZE)
+    file_bytes: int = 64 * 2**20  # largest file a process may write (RLIMIT_FSIZE)
     open_files: int = 512
+    scratch_bytes: int = 256 * 2**20  # the tmpfs holding the working folder and /tmp
 
 
 @dataclass
@@ -47,8 +73,44 @@ class Result:
     seconds: float
     isolated: bool  # True when bwrap namespaces were used
     notes: list = field(default_factory=list)
+    outputs: dict = field(default_factory=dict)  # name -> bytes, or None when unusable
+    output_problems: dict = field(default_factory=dict)  # name -> why it is unusable
 
 
+# ------------------------------------------------------------------------------ reading scratch
+def read_regular(path: Path, limit: int) -> tuple[bytes | None, str | None]:
+    """Read a file that hostile code may have tampered with: ``(data, None)`` or ``(None, why)``.
+
+    Never follows a symbolic link, never blocks (a FIFO is refused, not opened for reading until
+    someone writes), accepts only a regular file, and reads at most ``limit`` bytes.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        return None, "it was not written"
+    except OSError as err:
+        return None, f"it could not be opened safely ({err.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "it is not a regular file"
+        if st.st_size > limit:
+            return None, f"it is larger than {limit // 2**20} MiB"
+        chunks, total = [], 0
+        while total <= limit:
+            b = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not b:
+                break
+            chunks.append(b)
+            total += len(b)
+        if total > limit:
+            return None, f"it is larger than {limit // 2**20} MiB"
+        return b"".join(chunks), None
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------ bwrap
 def bwrap_available() -> bool:
     exe = shutil.which("bwrap")
     if not exe:
@@ -70,6 +132,92 @@ def _bwrap_ok() -> bool:
                           "without filesystem and network isolation. Install Debian's `bubblewrap`.",
                           stacklevel=2)
     return _BWRAP
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+_UIDS_LOCK = threading.Lock()
+_UIDS_IN_USE: set = set()
+
+
+def _take_uid() -> int:
+    """An unprivileged host uid of its own for each concurrent run (rlimits and signals never mix)."""
+    with _UIDS_LOCK:
+        uid = SANDBOX_UID_BASE
+        while uid in _UIDS_IN_USE:
+            uid += 1
+        _UIDS_IN_USE.add(uid)
+        return uid
+
+
+def _give_uid(uid: int) -> None:
+    with _UIDS_LOCK:
+        _UIDS_IN_USE.discard(uid)
+
+
+def system_binds() -> list[Path]:
+    """What any Python process needs: the system, the interpreter, the virtual environment."""
+    paths = []
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.lexists(top):
+            paths.append(Path(top))
+    for etc in _ETC:
+        p = Path("/etc") / etc
+        if p.exists():
+            paths.append(p)
+    for prefix in {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}:
+        paths.append(Path(prefix))
+    return paths
+
+
+def _bwrap_command(cmd: list[str], limits: Limits, binds: list[tuple[Path, str, bool]], uid: int | None) -> list[str]:
+    """binds: (host path, path inside, writable)."""
+    args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if uid is not None:  # root: keep only what setpriv needs to switch uid, then it drops those too
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    else:  # an ordinary user: a user namespace, and no nested ones
+        args += ["--unshare-user", "--disable-userns"]
+    made: set[str] = {"/"}
+    bound: list[str] = []
+
+    def covered(p: str) -> bool:
+        return any(p == b or p.startswith(b.rstrip("/") + "/") for b in bound)
+
+    def parents(p: str) -> list[str]:
+        out = []
+        for parent in reversed(Path(p).parents):
+            s = str(parent)
+            if s not in made and not covered(s):
+                made.add(s)
+                out += ["--perms", "0755", "--dir", s]
+        return out
+
+    # The system: directories bound as they are, merged-/usr symlinks recreated as symlinks.
+    for host in system_binds():
+        s = str(host)
+        if covered(s):
+            continue
+        if host.is_symlink() and str(host) in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            args += ["--symlink", os.readlink(host), s]
+            made.add(s)
+            continue
+        real = os.path.realpath(s)
+        args += parents(s) + ["--ro-bind", real, s]
+        bound.append(s)
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.scratch_bytes), "--tmpfs", "/dev/shm",
+             "--size", str(limits.scratch_bytes), "--tmpfs", "/tmp", "--perms", "0777", "--dir", WORKDIR]
+    made.update({"/proc", "/dev", "/tmp", WORKDIR})
+    for host, inside, writable in binds:
+        args += parents(inside) + ["--bind" if writable else "--ro-bind", str(host), inside]
+        bound.append(inside)
+    args += ["--chdir", WORKDIR, "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", "/tmp", "--"]
+    if uid is not None:
+        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                 "--bounding-set=-all", "--"]
+    return args + cmd
 
 
 # ------------------------------------------------------------------------------------- cgroups
@@ -119,11 +267,13 @@ class _Cgroup:
         for d in self.dirs:
             for name in ("memory.oom_control", "memory.events"):
                 f = d / name
-                if f.exists():
+                try:
                     text = f.read_text()
-                    for line in text.splitlines():
-                        if line.startswith("oom_kill ") and int(line.split()[1]) > 0:
-                            return True
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    if line.startswith("oom_kill ") and int(line.split()[1]) > 0:
+                        return True
         return False
 
     def kill_all(self) -> None:
@@ -155,7 +305,7 @@ class _Cgroup:
                     time.sleep(0.05)
 
 
-def _preexec(limits: Limits, cgroup: _Cgroup):
+def _preexec(limits: Limits, cgroup: _Cgroup, uid: int | None):
     def setup():
         os.setsid()  # its own process group: the timeout kills all of it
         cgroup.join()
@@ -164,8 +314,8 @@ def _preexec(limits: Limits, cgroup: _Cgroup):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if not cgroup.active:  # without a pids cgroup, RLIMIT_NPROC is the fork-storm guard
-            n = limits.max_processes + _count_own_processes()
+        if not cgroup.active:  # without a pids cgroup, RLIMIT_NPROC (per uid) is the fork-storm guard
+            n = limits.max_processes + (0 if uid is not None else _count_own_processes())
             resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
 
     return setup
@@ -184,96 +334,212 @@ def _count_own_processes() -> int:
     return n
 
 
-def _bwrap_command(cmd: list[str], scratch: Path, hide: list[Path]) -> list[str]:
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    # Hide the grader's own home (caches, credentials) and /tmp, but keep what the kernel needs
-    # visible wherever it lives: Python, the virtual environment and the course (its solutions/,
-    # grader/ and .git are hidden again below).
-    home = Path.home().resolve()
-    masked = [Path("/tmp")]
-    if home != Path("/"):
-        args += ["--tmpfs", str(home)]
-        masked.append(home)
-    needed = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), course.ROOT.resolve()}
-    for path in sorted(needed):
-        for top_dir in masked:
-            if path.is_relative_to(top_dir) and path != top_dir:
-                keep = top_dir / path.relative_to(top_dir).parts[0]
-                args += ["--ro-bind", str(keep), str(keep)]
-    for path in hide:
-        if path.exists():
-            args += ["--tmpfs", str(path.resolve())]
-    args += ["--bind", str(scratch.resolve()), SCRATCH_IN_SANDBOX, "--chdir", SCRATCH_IN_SANDBOX,
-             "--unshare-all", "--die-with-parent", "--new-session",
-             "--setenv", "HOME", SCRATCH_IN_SANDBOX, "--setenv", "TMPDIR", "/tmp", "--"]
-    return args + cmd
+def _kill_uid(uid: int) -> None:
+    """Whatever still runs as this run's own uid (a process that left the process group)."""
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if p.stat().st_uid == uid:
+                    os.kill(int(p.name), signal.SIGKILL)
+            except OSError:
+                pass
 
 
-def default_hidden() -> list[Path]:
-    """What learner code must never read: solutions, the grader (samples, gradebook), git history."""
-    return [course.SOLUTIONS, course.GRADER, course.ROOT / ".git", course.ROOT / "tests"]
+# ----------------------------------------------------------------------------------------- run
+def run(cmd: list[str], files: dict | None = None, outputs: dict | None = None, limits: Limits | None = None,
+        expose: list | None = None, env: dict | None = None, host_dir: Path | None = None) -> Result:
+    """Run ``cmd`` sandboxed, in the working folder ``/tmp/sandbox``.
 
-
-def run(cmd: list[str], scratch: Path, limits: Limits | None = None, hide: list[Path] | None = None,
-        env: dict | None = None) -> Result:
-    """Run ``cmd`` sandboxed with ``scratch`` as its writable working folder.
-
-    ``cmd`` paths that point into ``scratch`` must be given relative to it (the working folder).
+    ``files``: {name: bytes or host Path} put in the working folder, read-only.
+    ``outputs``: {name: size cap in bytes}: files the command may write in the working folder; they
+    come back in ``Result.outputs`` (``None`` and a reason in ``output_problems`` when missing,
+    too large or not a regular file).
+    ``expose``: host paths (or (host, inside) pairs) bound read-only, e.g. the course's ``utils/``.
+    ``host_dir``: where the run's host files go (a fresh temporary folder by default); deleted after.
     """
     limits = limits or Limits()
-    hidden = default_hidden() + list(hide or [])
+    files, outputs = dict(files or {}), dict(outputs or {})
     isolated = _bwrap_ok()
-    full = _bwrap_command(cmd, scratch, hidden) if isolated else cmd
-    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADEBOOK", "JUPYTER_CONFIG"))}
-    run_env.update({"HOME": SCRATCH_IN_SANDBOX if isolated else str(scratch), "PYTHONDONTWRITEBYTECODE": "1",
-                    "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"})
-    run_env.update(env or {})
-    cgroup = _Cgroup(limits)
-    notes = []
-    start = time.monotonic()
-    out_path, err_path = scratch / ".stdout", scratch / ".stderr"
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(full, cwd=scratch, env=run_env, stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, preexec_fn=_preexec(limits, cgroup))
-        timed_out = False
-        try:
-            proc.wait(timeout=limits.wall_seconds)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            notes.append(f"stopped after the {limits.wall_seconds:.0f} s time limit")
-        finally:
+    base = Path(tempfile.mkdtemp(prefix="sandbox-", dir=host_dir))
+    uid = _take_uid() if (isolated and _is_root()) else None
+    try:
+        os.chmod(base, 0o711)
+        work = base / "w"
+        work.mkdir()
+        logs = base / "logs"
+        logs.mkdir(mode=0o700)
+        binds: list[tuple[Path, str, bool]] = []
+        for name, content in files.items():
+            _check_name(name)
+            target = work / name
+            if isinstance(content, (bytes, bytearray)):
+                target.write_bytes(content)
+            else:
+                shutil.copyfile(content, target)
+            os.chmod(target, 0o644)
+            binds.append((target, f"{WORKDIR}/{name}", False))
+        for name in outputs:
+            _check_name(name)
+            target = work / name
+            target.touch(mode=0o600)
+            if uid is not None:
+                os.chown(target, uid, uid)
+            binds.append((target, f"{WORKDIR}/{name}", True))
+        for item in expose or []:
+            host, inside = (item, str(item)) if isinstance(item, (str, Path)) else item
+            binds.append((Path(host), str(inside), False))
+        if isolated:
+            full, cwd = _bwrap_command(cmd, limits, binds, uid), base
+        else:  # no namespaces: the learner's folder is a host folder; outputs are checked just the same
+            full, cwd = cmd, work
+            os.chmod(work, 0o700)
+        run_env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("GRADEBOOK", "JUPYTER_CONFIG", "GRADER_", "COVERAGE"))}
+        home = WORKDIR if isolated else str(work)
+        run_env.update({"HOME": home, "USER": "learner", "LOGNAME": "learner", "PYTHONDONTWRITEBYTECODE": "1",
+                        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+                        "MPLCONFIGDIR": f"{home}/.matplotlib", "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter-runtime",
+                        "IPYTHONDIR": f"{home}/.ipython"})
+        run_env.update(env or {})
+        cgroup = _Cgroup(limits)
+        notes = []
+        start = time.monotonic()
+        out_path, err_path = logs / "stdout", logs / "stderr"
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(full, cwd=cwd, env=run_env, stdout=out, stderr=err,
+                                    stdin=subprocess.DEVNULL, preexec_fn=_preexec(limits, cgroup, uid))
+            timed_out = False
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait()
-            if cgroup.oom_killed():
-                notes.append(f"a process was killed for using more than {limits.memory_bytes / 2**30:.0f} GiB of memory")
-            cgroup.remove()
-    return Result(proc.returncode, timed_out, _tail(out_path), _tail(err_path), time.monotonic() - start,
-                  isolated, notes)
+                proc.wait(timeout=limits.wall_seconds)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                notes.append(f"stopped after the {limits.wall_seconds:.0f} s time limit")
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.wait()
+                if uid is not None:
+                    _kill_uid(uid)
+                if cgroup.oom_killed():
+                    notes.append(f"a process was killed for using more than {limits.memory_bytes / 2**30:.0f} GiB of memory")
+                cgroup.remove()
+        result = Result(proc.returncode, timed_out, _tail(out_path), _tail(err_path), time.monotonic() - start,
+                        isolated, notes)
+        for name, cap in outputs.items():
+            data, why = read_regular(work / name, cap)
+            if data is not None and not data and why is None:
+                data, why = None, "it was not written"
+            result.outputs[name] = data
+            if why:
+                result.output_problems[name] = why
+        return result
+    finally:
+        if uid is not None:
+            _give_uid(uid)
+        shutil.rmtree(base, ignore_errors=True)
 
 
-def self_test(scratch: Path) -> None:
-    """Run the course's imports in the sandbox once; raise with the sandbox's own error if it fails.
-
-    Without this, a broken sandbox (say, a course folder it cannot see) would quietly give every
-    student zero.
-    """
-    scratch.mkdir(parents=True, exist_ok=True)
-    probe = "import nbclient, torch, utils.checks; print('sandbox ok')"
-    res = run([sys.executable, "-c", probe], scratch, Limits(wall_seconds=120))
-    if res.returncode != 0 or "sandbox ok" not in res.stdout:
-        raise RuntimeError("the grading sandbox cannot run the course's Python (nothing was graded):\n"
-                           + (res.stderr.strip()[-2000:] or "; ".join(res.notes) or f"exit code {res.returncode}"))
+def _check_name(name: str) -> None:
+    if "/" in name or name in ("", ".", "..") or name.startswith("."):
+        raise ValueError(f"bad sandbox file name {name!r}")
 
 
 def _tail(path: Path, limit: int = 20_000) -> str:
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            if size > limit:
-                f.seek(size - limit)
-            return f.read().decode("utf-8", "replace")
-    except OSError:
+    data, _ = read_regular(path, 2**62)  # the grader's own log file, opened safely all the same
+    if data is None:
         return ""
+    return data[-limit:].decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------- self-test
+SELF_TEST_PROBE = r'''
+import json, os, sys
+report = {"caps": {}, "readable": [], "uid": os.getuid(), "host_uid": None}
+for line in open("/proc/self/status"):
+    if line.startswith("Cap"):
+        k, v = line.split(":")
+        report["caps"][k] = int(v.strip(), 16)
+for line in open("/proc/self/uid_map"):
+    inside, outside, count = map(int, line.split())
+    if inside <= report["uid"] < inside + count:
+        report["host_uid"] = outside + report["uid"] - inside
+spec = json.load(open("hidden.json"))
+allowed = spec["allowed"]
+def leaks(p):  # p is neither a bound path nor on the way to one
+    return not any(a == p or a.startswith(p.rstrip("/") + "/") for a in allowed)
+for p in spec["hidden"]:
+    try:
+        if os.path.isdir(p):
+            names = [n for n in os.listdir(p) if leaks(os.path.join(p, n))]
+            if names:
+                report["readable"].append(p + ": " + ", ".join(sorted(names)[:5]))
+        elif leaks(p):
+            open(p, "rb").read(1); report["readable"].append(p)
+    except OSError:
+        pass
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+report["mount"] = libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) == 0
+report["umount"] = libc.umount2(b"/proc", 2) == 0
+try:
+    open("/usr/bin/.sandbox-probe", "w"); report["wrote_system"] = True
+except OSError:
+    report["wrote_system"] = False
+import nbclient, torch, utils.checks
+print("SANDBOX-REPORT " + json.dumps(report))
+'''
+
+
+def hidden_paths(extra: list | None = None) -> list[str]:
+    """Paths a sandboxed process must not read: checked by ``self_test``."""
+    root = course.ROOT
+    paths = [root / "solutions", root / "grader", root / ".git", root / "tests", root / "reports", root,
+             root.parent, Path.home(), Path("/root"), Path("/home"), Path("/etc"), Path("/var"), Path("/run"),
+             Path("/etc/shadow"), course.secret_path()]
+    try:  # other checkouts beside this one
+        paths += [p for p in root.parent.iterdir() if p != root]
+    except OSError:
+        pass
+    paths += [Path(p) for p in extra or []]
+    return sorted({str(p) for p in paths})
+
+
+def self_test(scratch: Path | None = None, extra_hidden: list | None = None) -> dict:
+    """Before a batch: the sandbox runs the course's Python, keeps no capability, hides what it must.
+
+    Raises RuntimeError (nothing is graded) when the sandbox cannot run the course's imports,
+    when a sandboxed process keeps any capability, can mount or unmount, can write the system,
+    or can read any of ``hidden_paths``. Without a working sandbox every student would get zero,
+    or worse, learner code would run with the grader's privileges.
+    """
+    exposed = [str(course.ROOT / "utils")]
+    allowed = [str(p) for p in system_binds()] + exposed + [WORKDIR]
+    spec = {"hidden": hidden_paths(extra_hidden), "allowed": allowed}
+    res = run([sys.executable, "probe.py"], files={"probe.py": SELF_TEST_PROBE.encode(),
+                                                   "hidden.json": json.dumps(spec).encode()},
+              limits=Limits(wall_seconds=120), expose=[course.ROOT / "utils"], host_dir=scratch)
+    line = next((x for x in res.stdout.splitlines() if x.startswith("SANDBOX-REPORT ")), None)
+    if res.returncode != 0 or line is None:
+        raise RuntimeError("the grading sandbox cannot run the course's Python (nothing was graded):\n"
+                           + (res.stderr.strip()[-2000:] or "; ".join(res.notes) or f"exit code {res.returncode}"))
+    report = json.loads(line.split(" ", 1)[1])
+    report["isolated"] = res.isolated
+    if not res.isolated:
+        return report  # the warning has been given: limits only
+    problems = []
+    kept = {k: hex(v) for k, v in report["caps"].items() if v}
+    if kept:
+        problems.append(f"sandboxed code keeps capabilities {kept}")
+    if report["mount"] or report["umount"]:
+        problems.append("sandboxed code can mount or unmount file systems")
+    if report["wrote_system"]:
+        problems.append("sandboxed code can write /usr")
+    if report["readable"]:
+        problems.append(f"sandboxed code can read hidden paths: {report['readable']}")
+    if report["host_uid"] in (0, None):
+        problems.append("sandboxed code runs as root on the host")
+    if problems:
+        raise RuntimeError("the grading sandbox is not safe, nothing was graded: " + "; ".join(problems))
+    return report
