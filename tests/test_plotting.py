@@ -497,8 +497,9 @@ def test_reference_by_argument_or_off():
     assert meas.get_linestyle() == "-"
     fig = P.plot_lines([1, 2], {"theory": [1, 2], "x": [1, 2]}, reference=())
     assert [ln.get_linestyle() for ln in fig.axes[0].lines] == ["-", "-"]
-    fig = P.plot_cost([64, 128, 256], {"full": [1, 4, 16], "reference: S²": [1, 4, 16]})
-    assert [ln.get_linestyle() for ln in fig.axes[0].lines] == ["-", "--"]
+    fig = P.plot_cost([64, 128, 256], {"full": [1, 4, 16], "theory: S²": [1, 4, 16],
+                                       "reference": [1, 4, 16]})  # measured reference code
+    assert [ln.get_linestyle() for ln in fig.axes[0].lines] == ["-", "--", "-"]
     with pytest.raises(ValueError, match=r"reference names \['nope'\] are not series"):
         P.plot_lines([1, 2], {"a": [1, 2]}, reference=["nope"])
 

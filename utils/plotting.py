@@ -285,7 +285,9 @@ def _text(s) -> str:
 _PALETTE = [c for c in sns.color_palette("colorblind").as_hex() if c != "#949494"]  # no grey
 REFERENCE_COLOR = "#3b3b3b"  # theory / reference lines that belong to no group: dark grey
 REFERENCE_DASHES = (0, (5.0, 2.5))  # dashed, with gaps through which the line below shows
-_REFERENCE_WORDS = ("theory", "theoretical", "reference", "ref", "uniform", "ideal", "bound")
+# A series whose name starts with one of these words is a reference line unless reference= says
+# otherwise. ("reference" is not one: in this course it also names measured reference code.)
+_REFERENCE_WORDS = ("theory", "theoretical", "uniform", "ideal", "bound")
 _COLORS: dict = {}  # group -> colour, for the whole session (every figure of a notebook)
 
 
@@ -337,7 +339,7 @@ def _series_styles(names, func, reference=None, groups=None):
     """name -> dict(color, reference, group) for the series of one plot.
 
     reference: None finds theory / reference series by name ("theory: d_k", "uniform: 1/32",
-      "reference", ...); or the exact names (an iterable of str; () for none).
+      see _REFERENCE_WORDS); or the exact names (an iterable of str; () for none).
     groups: None, or a dict name -> group. Series of one group share a colour (a band's two
       edges, a measurement and its theory). By default "group: detail" names are grouped by
       the text before ": " and every other name is its own group. Theory / reference series
@@ -1281,8 +1283,8 @@ def plot_lines(
 
     Theory and reference series are drawn dashed, without markers and on top of the measured
     ones, each with its own legend entry. ``reference=None`` recognises them by name (a name
-    starting with "theory", "reference", "uniform", "ideal" or "bound", e.g. "theory: d_k");
-    or pass their names, e.g. ``reference=["d_k"]`` (``()`` for none).
+    starting with "theory", "uniform", "ideal" or "bound", e.g. "theory: d_k"); or pass their
+    names, e.g. ``reference=["O(n²)"]`` (``()`` for none).
 
     Colours go by group and stay the same in every figure of the session (``series_color``):
     ``groups`` maps a series name to a group name, e.g. ``{"theory: d_k": "unscaled"}`` to draw
@@ -1378,7 +1380,7 @@ def plot_cost(
     With ``slopes=True`` each legend entry carries the least-squares slope of log(cost) against
     log(size), e.g. "full (slope 2.0)": 1 means linear, 2 quadratic; in both panels. A method
     has the same colour and marker in both panels. ``reference`` and ``groups`` work as in
-    ``plot_lines`` (e.g. a dashed "reference: S²" line). With ``memory``, ``title`` is the
+    ``plot_lines`` (e.g. a dashed "theory: S²" line). With ``memory``, ``title`` is the
     figure's title and ``ax`` (if given) must be two axes, (time, memory).
     Returns the ``Figure``.
     """
