@@ -21,6 +21,15 @@ c.CourseDirectory.feedback_directory = "grader/work/feedback"
 # for a large class, e.g. postgresql://user@host/attention).
 c.CourseDirectory.db_url = os.environ.get("GRADEBOOK_URL", f"sqlite:///{ROOT / 'grader' / 'gradebook.db'}")
 
+# The exchange (where nbgrader's release/collect would put files) lives inside the course, made on
+# demand and git-ignored: formgrader then starts without a warning about a missing system folder.
+EXCHANGE = ROOT / "grader" / "work" / "exchange"
+try:
+    EXCHANGE.mkdir(parents=True, exist_ok=True)
+except OSError:
+    pass
+c.Exchange.root = str(EXCHANGE)
+
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.ClearHiddenTests.begin_test_delimeter = "BEGIN HIDDEN TESTS"

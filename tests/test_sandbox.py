@@ -1,4 +1,6 @@
 """The grading sandbox, directly: what learner code can and cannot do inside it."""
+import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -10,63 +12,130 @@ from grader import course, sandbox
 PY = sys.executable
 
 
-def _run(tmp_path, code, **limits):
-    (tmp_path / "t.py").write_text(code)
-    return sandbox.run([PY, "t.py"], tmp_path, sandbox.Limits(wall_seconds=limits.pop("wall", 60), **limits))
+def _run(code, **limits):
+    outputs = limits.pop("outputs", None)
+    return sandbox.run([PY, "t.py"], files={"t.py": code.encode()}, outputs=outputs,
+                       limits=sandbox.Limits(wall_seconds=limits.pop("wall", 60), **limits),
+                       expose=[course.ROOT / "utils"])
 
 
 needs_bwrap = pytest.mark.skipif(not sandbox.bwrap_available(), reason="bubblewrap is not available here")
 
 
 @needs_bwrap
-def test_no_network(tmp_path):
+def test_no_network():
     code = ("import socket\ns = socket.socket(); s.settimeout(3)\n"
             "try:\n    s.connect(('1.1.1.1', 53)); print('CONNECTED')\nexcept OSError as e:\n    print('refused')")
-    res = _run(tmp_path, code)
+    res = _run(code)
     assert "refused" in res.stdout and "CONNECTED" not in res.stdout and res.isolated
 
 
 @needs_bwrap
-def test_solutions_grader_and_git_are_hidden_and_the_course_is_read_only(tmp_path):
-    code = (f"import os\nprint(sorted(os.listdir({str(course.SOLUTIONS)!r})), sorted(os.listdir({str(course.GRADER)!r})))\n"
+def test_hidden_paths_do_not_exist_and_the_system_is_read_only():
+    hidden = [course.SOLUTIONS, course.GRADER, course.ROOT / ".git", course.ROOT / "tests", course.secret_path()]
+    code = (f"import os\nfor p in {[str(p) for p in hidden]!r}:\n    print(p, os.path.exists(p))\n"
             f"try:\n    open({str(course.ROOT / 'utils' / 'x.py')!r}, 'w'); print('WROTE')\nexcept OSError:\n    print('read-only')\n"
             "open('scratch.txt', 'w').write('ok'); print('scratch ok')")
-    res = _run(tmp_path, code)
-    assert res.stdout.splitlines()[0] == "[] []", res.stdout + res.stderr
+    res = _run(code)
+    assert all(line.endswith("False") for line in res.stdout.splitlines()[:len(hidden)]), res.stdout + res.stderr
     assert "read-only" in res.stdout and "scratch ok" in res.stdout
-    assert (tmp_path / "scratch.txt").read_text() == "ok"
 
 
-def test_a_huge_allocation_fails_cleanly(tmp_path):
+@needs_bwrap
+def test_no_capability_no_mount_and_not_root():
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "print('uid', os.getuid())\n"
+            "print('caps', [l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')])\n"
+            "print('umount', libc.umount2(b'/tmp', 2), 'mount', libc.mount(b'none', b'/usr', b'tmpfs', 0, None))")
+    res = _run(code)
+    assert "umount -1 mount -1" in res.stdout, res.stdout + res.stderr
+    caps = res.stdout.split("caps ")[1].splitlines()[0]
+    assert set(caps.replace("'", "").strip("[]").replace(" ", "").split(",")) == {"0000000000000000"}
+    if os.geteuid() == 0:
+        assert "uid 0" not in res.stdout
+
+
+@needs_bwrap
+def test_scratch_is_capped_and_outputs_are_read_safely():
+    code = ("import os\n"
+            "try:\n    open('/tmp/big', 'wb').write(b'x' * (64 * 2**20)); print('WROTE BIG')\nexcept OSError:\n    print('scratch full')\n"
+            "try:\n    os.unlink('out.txt'); os.symlink('/etc/passwd', 'out.txt'); print('REPLACED')\nexcept OSError:\n    print('cannot replace')\n"
+            "open('out.txt', 'w').write('mine')\n"
+            "try:\n    os.mkfifo('fifo'); print('fifo made in private scratch')\nexcept OSError:\n    pass\n")
+    res = _run(code, scratch_bytes=16 * 2**20, outputs={"out.txt": 1000, "missing.txt": 10})
+    assert "scratch full" in res.stdout and "cannot replace" in res.stdout, res.stdout + res.stderr
+    assert res.outputs["out.txt"] == b"mine"
+    assert res.outputs["missing.txt"] is None and res.output_problems["missing.txt"]
+
+
+def test_read_regular_refuses_links_fifos_and_large_files(tmp_path):
+    (tmp_path / "big").write_bytes(b"x" * 100)
+    os.symlink("/etc/hostname", tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    assert sandbox.read_regular(tmp_path / "big", 10)[0] is None
+    assert sandbox.read_regular(tmp_path / "big", 100)[0] == b"x" * 100
+    assert sandbox.read_regular(tmp_path / "link", 1000)[0] is None
+    assert sandbox.read_regular(tmp_path / "fifo", 1000) == (None, "it is not a regular file")
+
+
+def test_a_huge_allocation_fails_cleanly():
     code = "try:\n    b = bytearray(20 * 2**30); print('ALLOCATED')\nexcept MemoryError:\n    print('refused')"
-    assert "refused" in _run(tmp_path, code).stdout
+    assert "refused" in _run(code).stdout
 
 
-def test_a_fork_storm_is_capped(tmp_path):
+def test_a_fork_storm_is_capped():
     code = ("import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(20); os._exit(0)\n"
             "        n += 1\nexcept OSError:\n    print('capped at', n)")
-    res = _run(tmp_path, code, max_processes=64)
+    res = _run(code, max_processes=64)
     assert "capped at" in res.stdout
     assert int(res.stdout.split()[-1]) < 200
 
 
-def test_the_wall_clock_limit_kills_everything(tmp_path):
+def test_the_wall_clock_limit_kills_everything():
     code = "import os, time\nif os.fork() == 0:\n    time.sleep(600)\ntime.sleep(600)"
-    res = _run(tmp_path, code, wall=3)
+    res = _run(code, wall=3)
     assert res.timed_out and res.seconds < 30
     leftover = subprocess.run(["pgrep", "-f", "time.sleep(600)"], capture_output=True, text=True).stdout.strip()
     assert not leftover
 
 
-def test_without_bubblewrap_the_limits_stay_and_a_warning_says_so(tmp_path, monkeypatch):
+def test_without_bubblewrap_the_limits_stay_and_a_warning_says_so(monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     monkeypatch.setattr(sandbox, "_BWRAP", None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = _run(tmp_path, "try:\n    b = bytearray(20 * 2**30)\nexcept MemoryError:\n    print('refused')")
+        res = _run("try:\n    b = bytearray(20 * 2**30)\nexcept MemoryError:\n    print('refused')")
     assert not res.isolated and "refused" in res.stdout
     assert any("without filesystem and network isolation" in str(w.message) for w in caught)
 
 
-def test_self_test_passes(tmp_path):
-    sandbox.self_test(tmp_path / "self")
+def test_self_test_passes_and_proves_no_capability():
+    report = sandbox.self_test()
+    if report["isolated"]:
+        assert not any(report["caps"].values()) and not report["readable"]
+        assert report["host_uid"] != 0 and not report["mount"] and not report["umount"]
+
+
+@needs_bwrap
+def test_self_test_refuses_a_sandbox_that_runs_as_root(monkeypatch):
+    """As root, the user-namespace path would map learner code to root on the host: refused."""
+    if os.geteuid() != 0:
+        pytest.skip("only meaningful when grading as root")
+    monkeypatch.setattr(sandbox, "_is_root", lambda: False)
+    with pytest.raises(RuntimeError, match="root on the host"):
+        sandbox.self_test()
+
+
+def test_self_test_as_an_ordinary_user(tmp_path):
+    """The same self-test, run by an unprivileged account (nobody), where this machine allows it."""
+    if os.geteuid() != 0 or not shutil.which("runuser"):
+        pytest.skip("needs root to switch to an ordinary user")
+    probe = subprocess.run(["runuser", "-u", "nobody", "--", PY, "-c", "import torch"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("the virtual environment's Python is not readable by nobody here")
+    code = f"import sys; sys.path.insert(0, {str(course.ROOT)!r}); from grader import sandbox; print(sandbox.self_test())"
+    env = dict(os.environ, HOME=str(tmp_path), TMPDIR=str(tmp_path))
+    os.chmod(tmp_path, 0o777)
+    res = subprocess.run(["runuser", "-u", "nobody", "--", PY, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
