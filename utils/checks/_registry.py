@@ -15,15 +15,14 @@ def register(exercise: Exercise):
     return make_check(exercise)
 
 
-def uses(*impls) -> bool:
+def uses(*impls) -> None:
     """Say, at the top of a section, whether the learner's functions it uses pass their checks.
 
     ``uses(scaled_dot_product_attention)`` runs the check quietly (its visible cases) and prints
     one line per function: ✅ when it passes, ⚠️ with the first line of the verdict when it does
-    not (the section then runs on a function known to be wrong). Never raises; returns True when
-    every function passes.
+    not (the section then runs on a function known to be wrong). Never raises; returns None
+    (a notebook would otherwise display the value).
     """
-    ok = True
     for impl in impls:
         name = getattr(impl, "__name__", None)
         exercise = EXERCISES.get(name)
@@ -34,7 +33,6 @@ def uses(*impls) -> bool:
             with contextlib.redirect_stdout(io.StringIO()):
                 run_check(exercise, impl, quiet=True)
         except CheckFailure as err:
-            ok = False
             first = str(err).splitlines()
             detail = first[0] if first else "it fails its check"
             if len(first) > 1 and first[0].startswith(exercise.name):
@@ -43,4 +41,3 @@ def uses(*impls) -> bool:
                   "What follows is computed with it and may be wrong: fix it and run this section again.")
         else:
             print(f"✅ this section uses your `{name}`, which passes its check.")
-    return ok

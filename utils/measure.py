@@ -1,0 +1,80 @@
+"""Measuring time and memory in the notebooks, the same way in every chapter.
+
+- ``best_time(fn, *args)``: CPU seconds of the best of ``repeats`` calls after a warm-up, with
+  torch on one thread, read from ``time.thread_time`` (other programs on the machine hardly
+  inflate it). Report ratios, or name the machine: absolute times vary between machines.
+- ``peak_tensor_bytes(fn, *args)``: the peak of the bytes held by tensors that ``fn`` creates and
+  that are alive at the same time, as seen by PyTorch's dispatcher (the inputs are not counted).
+  Deterministic, unlike the process's resident memory. It sees every tensor a Python
+  implementation creates; a fused C++ kernel (such as ``F.scaled_dot_product_attention``) runs
+  under it on its plain (math) path, so measure your own code with it, not PyTorch's kernels.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["best_time", "peak_tensor_bytes"]
+
+
+def best_time(fn, *args, repeats: int = 7, **kwargs) -> float:
+    """CPU seconds of the best of ``repeats`` calls of ``fn(*args, **kwargs)`` after a warm-up."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fn(*args, **kwargs)
+        times = []
+        for _ in range(repeats):
+            start = time.thread_time()
+            fn(*args, **kwargs)
+            times.append(time.thread_time() - start)
+    finally:
+        torch.set_num_threads(threads)  # leave the kernel as we found it
+    return min(times)
+
+
+class _LiveBytes(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self.refs: dict = {}  # storage address -> [bytes, number of live tensors on it]
+
+    def _release(self, ptr):
+        entry = self.refs.get(ptr)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.live -= entry[0]
+            del self.refs[ptr]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr == 0:
+                continue
+            entry = self.refs.get(ptr)
+            if entry is None:
+                entry = self.refs[ptr] = [storage.nbytes(), 0]
+                self.live += entry[0]
+                self.peak = max(self.peak, self.live)
+            entry[1] += 1
+            weakref.finalize(t, self._release, ptr)
+        return out
+
+
+def peak_tensor_bytes(fn, *args, **kwargs) -> int:
+    """Peak bytes of the tensors ``fn(*args, **kwargs)`` creates that are alive at once."""
+    mode = _LiveBytes()
+    with torch.no_grad(), mode:
+        result = fn(*args, **kwargs)
+    del result
+    return mode.peak
