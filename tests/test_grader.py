@@ -74,6 +74,25 @@ def test_sample_bank_grades_as_expected(graded):
             assert float(r["score"]) == 0 or r["exercise"].startswith("derivation"), r
 
 
+def test_hostile_submissions_gain_nothing_and_touch_nothing(graded):
+    """Issue 7: nothing outside scratch written, no other submission changed, no canary, no reports
+    or secret read into a reason, no formula in the CSV, no script in the stored notebooks."""
+    tmp, subs, _ = graded
+    for d in ("/", "/tmp", "/work", str(tmp)):
+        assert not os.path.exists(os.path.join(d, "CANARY-escaped")), d
+    correct = json.loads((subs / "correct" / bank.A / f"{bank.A}.ipynb").read_text())
+    assert correct["cells"], "another student's submission was overwritten"
+    salt = course.secret_path().read_text().strip()
+    text = (tmp / "reports" / "exercises.csv").read_text()
+    assert salt not in text and "root:x:0:0" not in text
+    for r in _read(tmp / "reports" / "exercises.csv"):
+        assert not r["reason"][:1] in ("=", "+", "-", "@"), r
+    stored = (tmp / "work" / "submitted" / "hostile_outputs" / bank.A / f"{bank.A}.ipynb").read_text()
+    assert "<script" not in stored and "onerror" not in stored and "application/javascript" not in stored
+    assert "BEGIN HIDDEN TESTS" not in stored
+    assert not (tmp / "work" / "scratch").exists() or not any((tmp / "work" / "scratch").iterdir())
+
+
 def test_grades_csv_sums_exercises(graded):
     tmp, _, _ = graded
     ex = _read(tmp / "reports" / "exercises.csv")
@@ -110,7 +129,7 @@ def test_gradebook_is_the_record(graded):
 def test_regrading_gives_the_same_result(graded):
     tmp, subs, env = graded
     again = tmp / "again"
-    for s in ("correct", "bad_kernel_exit", "tamper_deleted_tests", "bad_corrupt_json"):
+    for s in ("correct", "bad_kernel_exit", "tamper_deleted_tests", "bad_corrupt_json", "hostile_hang"):
         shutil.copytree(subs / s, again / s)
     proc = subprocess.run([sys.executable, "-m", "grader", "autograde", "--quiet", "--submissions", str(again),
                            "--reports", str(tmp / "reports2"), "--work", str(tmp / "work")],
@@ -119,17 +138,59 @@ def test_regrading_gives_the_same_result(graded):
     first = {(r["student_id"], r["exercise"]): (r["score"], r["reason"]) for r in _read(tmp / "reports" / "exercises.csv")}
     second = {(r["student_id"], r["exercise"]): (r["score"], r["reason"]) for r in _read(tmp / "reports2" / "exercises.csv")}
     assert second and all(first[k] == v for k, v in second.items())
+    # a batch scores only its own students: the first batch's other rows are not in this report
+    assert {k[0] for k in second} == {"correct", "bad_kernel_exit", "tamper_deleted_tests", "bad_corrupt_json",
+                                      "hostile_hang"}
+
+
+def test_a_bad_student_id_costs_nobody_else(graded, tmp_path):
+    """An id with a trailing newline is refused with a reason; one worker gives the same scores."""
+    tmp, subs, env = graded
+    batch = tmp_path / "subs"
+    shutil.copytree(subs / "correct", batch / "correct")
+    shutil.copytree(subs / "mistake_quiz", batch / "zz\n")
+    shutil.copytree(subs / "mistake_quiz", batch / "zzz")
+    proc = subprocess.run([sys.executable, "-m", "grader", "autograde", "--quiet", "--submissions", str(batch),
+                           "--reports", str(tmp_path / "reports"), "--work", str(tmp / "work")],
+                          cwd=ROOT, env=dict(env, GRADER_WORKERS="1"), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "not a valid student id" in (tmp_path / "reports" / "skipped.txt").read_text()
+    got = {(r["student_id"], r["exercise"]): r["score"] for r in _read(tmp_path / "reports" / "exercises.csv")}
+    first = {(r["student_id"], r["exercise"]): r["score"] for r in _read(tmp / "reports" / "exercises.csv")}
+    assert got[("zzz", "quiz_1")] == "0" and got[("zzz", "scaled_dot_product_attention")] == "5"
+    assert all(first[("correct", e)] == v for (s, e), v in got.items() if s == "correct")
+
+
+def test_oversized_notebook_is_refused_before_any_work(tmp_path):
+    from grader.restore import load_submission
+
+    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {}, "outputs": []}] * 5000, "metadata": {}}
+    (tmp_path / "big.ipynb").write_text(json.dumps(nb))
+    data, why = load_submission(tmp_path / "big.ipynb")
+    assert data is None and "cells" in why
+    (tmp_path / "huge.ipynb").write_bytes(b" " * (9 * 2**20))
+    assert "larger" in load_submission(tmp_path / "huge.ipynb")[1]
+
+
+def test_csv_cells_are_never_formulas():
+    from grader.pipeline import cell_safe
+
+    assert cell_safe("=1+1") == "'=1+1" and cell_safe("@SUM(A1)") == "'@SUM(A1)" and cell_safe("ok") == "ok"
+    assert cell_safe(3) == 3
 
 
 def test_feedback_hides_hidden_tests(graded):
     tmp, _, env = graded
-    proc = subprocess.run([sys.executable, "-m", "grader", "feedback", "--reports", str(tmp / "reports2"),
+    proc = subprocess.run([sys.executable, "-m", "grader", "feedback", "--reports", str(tmp / "reports"),
                            "--out", str(tmp / "feedback"), "--work", str(tmp / "work")],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = (tmp / "feedback" / "correct" / f"{bank.A}.html").read_text()
     assert "check_scaled_dot_product_attention" in html
     assert "HIDDEN TESTS" not in html and "seed=3002" not in html
+    # a hidden-test marker typed by one learner costs nobody their feedback, that learner included
+    assert (tmp / "feedback" / "hostile_outputs" / f"{bank.A}.html").exists()
+    assert len(list((tmp / "feedback").glob("*/*.html"))) >= len(bank.SAMPLES) - 2
 
 
 def test_timing_report(graded):

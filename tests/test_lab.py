@@ -28,12 +28,27 @@ def _get(url: str, token: str):
         return r.status, r.read().decode()
 
 
+def test_exchange_is_inside_the_course_and_writable():
+    """nbgrader's exchange is configured inside the course, so formgrader starts without a warning."""
+    from traitlets.config import Config
+
+    c = Config()
+    code = (ROOT / "grader" / "nbgrader_config.py").read_text()
+    exec(compile(code, str(ROOT / "grader" / "nbgrader_config.py"), "exec"),
+         {"get_config": lambda: c, "__file__": str(ROOT / "grader" / "nbgrader_config.py")})
+    root = Path(c.Exchange.root)
+    assert root == ROOT / "grader" / "work" / "exchange"
+    assert root.is_dir() and os.access(root, os.W_OK | os.X_OK)
+    assert subprocess.run(["git", "check-ignore", "-q", str(root)], cwd=ROOT).returncode == 0
+
+
 def test_lab_starts_and_answers(tmp_path):
     port, token = _free_port(), "course-test-token"
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path))
     cmd = ["make", "--no-print-directory", "lab", f"PORT={port}",
            f"LAB_ARGS=--no-browser --ip=127.0.0.1 --ServerApp.token={token}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    log = open(tmp_path / "lab.log", "w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
         deadline, status = time.time() + 120, None
@@ -51,6 +66,9 @@ def test_lab_starts_and_answers(tmp_path):
         assert "nbgrader" in body, "nbgrader's JupyterLab extension is not available"
         code, body = _get(f"http://127.0.0.1:{port}/formgrader", token)
         assert code == 200
+        time.sleep(1)
+        logged = (tmp_path / "lab.log").read_text()
+        assert "CRITICAL" not in logged and "exchange" not in logged.lower(), logged[-3000:]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # make and the jupyter server it started
         try:

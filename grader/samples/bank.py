@@ -5,6 +5,11 @@ from the source): the correct answers come from ``solutions/``, mistakes and att
 here. ``EXPECTED`` gives each sample's score per exercise; ``make test`` grades the whole bank and
 compares (``tests/test_grader.py``). ``python -m grader samples --out DIR`` writes the bank as
 ``DIR/<student_id>/<assignment>/<assignment>.ipynb`` for an instructor to look at or grade.
+
+Per-chapter samples: any module ``grader/samples/chNN_*.py`` defining ``SAMPLES`` (same format:
+``{student_id: (what it is, build() -> notebook dict | bytes | None, {exercise: expected score})}``)
+and, when it is not chapter 03, ``ASSIGNMENT = "<NN_name>"`` is discovered and added to the bank;
+student ids must be unique across modules. No central file needs editing.
 """
 from __future__ import annotations
 
@@ -236,9 +241,9 @@ SAMPLES = {
     "bad_missing": ("no notebook submitted", lambda: None, ZERO),
     "bad_misnamed": ("the correct notebook saved as Untitled.ipynb", correct, FULL),
     "bad_other_assignment": ("another assignment's notebook in this folder", _other_assignment, ZERO),
-    "bad_kernel_exit": ("os._exit in the SDPA answer cell: the kernel dies there",
+    "bad_kernel_exit": ("os._exit in the SDPA answer cell: the kernel dies there; the quizzes after it keep their points",
                         lambda: _set(correct(), "scaled_dot_product_attention", "import os\nos._exit(1)"),
-                        _with(scaled_dot_product_attention=0, quiz_1=0, quiz_2=0, quiz_3=0)),
+                        _with(scaled_dot_product_attention=0)),
     "bad_infinite_loop": ("an infinite loop in the SDPA answer cell",
                           lambda: _set(correct(), "scaled_dot_product_attention", "while True:\n    pass"),
                           _with(scaled_dot_product_attention=0)),
@@ -258,16 +263,40 @@ def _delete_tests(nb: dict) -> dict:
     return nb
 
 
+ASSIGNMENT_OF: dict = {}
+
+
+def _discover() -> None:
+    import importlib
+    import pkgutil
+
+    from . import __path__ as here
+
+    for info in sorted(pkgutil.iter_modules(here), key=lambda m: m.name):
+        if not info.name.startswith("ch"):
+            continue
+        mod = importlib.import_module(f"{__package__}.{info.name}")
+        for student, sample in getattr(mod, "SAMPLES", {}).items():
+            if student in SAMPLES:
+                raise ValueError(f"sample id {student!r} defined twice")
+            SAMPLES[student] = sample
+            ASSIGNMENT_OF[student] = getattr(mod, "ASSIGNMENT", A)
+
+
+_discover()
+
+
 def materialize(out: Path) -> Path:
     """Write every sample as <out>/<student_id>/<assignment>/<notebook>."""
     out.mkdir(parents=True, exist_ok=True)
     for student, (_, build, _) in SAMPLES.items():
-        folder = out / student / A
+        folder = out / student / ASSIGNMENT_OF.get(student, A)
         folder.mkdir(parents=True, exist_ok=True)
         content = build()
         if content is None:
             continue
-        name = "Untitled.ipynb" if student == "bad_misnamed" else f"{A}.ipynb"
+        assignment = ASSIGNMENT_OF.get(student, A)
+        name = "Untitled.ipynb" if student == "bad_misnamed" else f"{assignment}.ipynb"
         data = content if isinstance(content, bytes) else json.dumps(content, indent=1).encode()
         (folder / name).write_bytes(data)
     return out
