@@ -1,16 +1,25 @@
-"""Checks for chapter 06 — cross-attention and the transformer block."""
+"""Checks for chapter 06 — cross-attention and the transformer block.
+
+Every exercise here is trained through later (the chapter's date-normalisation model, chapter 14),
+so each check compares gradients too: float64 cases where the harness converts the module to
+float64 and compares dL/dx (and dL/dmemory) and dL/d<every parameter> for a fixed random loss.
+"""
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import reference as ref
-from .._guard import ForbiddenCall, unguarded
+from .._guard import unguarded
 from ._ch05 import random_state
-from ._core import Case, CheckFailure, Exercise, Mutant, compare, generator, randn, rng, run_module
+from ._core import Case, Exercise, Mutant, Variant, build_module, describe, generator, randn, rng
 from ._forbid import LAYERNORM, MHA
 from ._registry import register
 
 __all__ = ["check_LayerNorm", "check_FeedForward", "check_DecoderLayer"]
+
+F64 = torch.float64
 
 
 def _variant(base, name, **attrs):
@@ -22,35 +31,73 @@ def _ctor_label(name, ctor, ctor_kwargs) -> str:
     return f"{name}({', '.join(args)})"
 
 
+def _f64_state(state: dict) -> dict:
+    return {k: v.to(F64) for k, v in state.items()}
+
+
 # ---------------------------------------------------------------- LayerNorm
 def _layernorm_state(d: int, g: torch.Generator) -> dict:
     """weight ≈ 1 ± 0.5 and bias ≈ 0 ± 0.5, so a missing or swapped affine part shows."""
     return {"weight": 1.0 + randn(d, gen=g, scale=0.5), "bias": randn(d, gen=g, scale=0.5)}
 
 
+INIT_HINT = ("a freshly built LayerNorm must start as the identity normalisation: weight = torch.ones(d_model), "
+             "bias = torch.zeros(d_model), both nn.Parameter named `weight` and `bias`.")
+
+
+def _run_fresh(cls, case: Case):
+    """Build the module with no parameters loaded and return its parameters by name."""
+    module = build_module(cls, case)
+    return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+def _judge_fresh_init(d: int):
+    def judge(got) -> str | None:
+        if not isinstance(got, dict) or not {"weight", "bias"} <= set(got):
+            names = sorted(got) if isinstance(got, dict) else describe(got)
+            return f"LayerNorm({d}) has parameters {names}; expected `weight` and `bias`. {INIT_HINT}"
+        w, b = got["weight"], got["bias"]
+        if tuple(w.shape) != (d,) or tuple(b.shape) != (d,):
+            return f"weight and bias should have shape ({d},), got {tuple(w.shape)} and {tuple(b.shape)}."
+        if not (torch.equal(w.double(), torch.ones(d, dtype=F64)) and torch.equal(b.double(), torch.zeros(d, dtype=F64))):
+            return (f"LayerNorm({d}) starts with weight {w[:4].tolist()}... and bias {b[:4].tolist()}...: "
+                    f"Likely mistake: {INIT_HINT}")
+        return None
+
+    return judge
+
+
 def _layernorm_cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, x, eps=None, tol=None):
+    def add(label, x, eps=None, tol=None, grad=False):
         d = x.shape[-1]
         ctor_kwargs = {} if eps is None else {"eps": eps}
-        init = {"ctor": (d,), "ctor_kwargs": ctor_kwargs, "seed": seed, "state": _layernorm_state(d, g)}
+        state = _layernorm_state(d, g)
+        if grad:
+            x, state = x.to(F64), _f64_state(state)
+            label = f"gradients (float64, weight and bias included), {label}"
+        init = {"ctor": (d,), "ctor_kwargs": ctor_kwargs, "seed": seed, "state": state}
         cases.append(Case(f"{label}: x {tuple(x.shape)}, {_ctor_label('LayerNorm', (d,), ctor_kwargs)}",
-                          (x,), init=init, tol=tol))
+                          (x,), init=init, tol=tol, grad=grad))
 
     add("(B, S, d_model)", randn(2, 5, 8, gen=g))
     add("(N, d_model), odd d_model", randn(6, 7, gen=g, scale=2.0))
     add("(B, H, S, d) leading dims", randn(2, 3, 4, 5, gen=g))
+    add("(B, S, d_model)", randn(2, 3, 6, gen=g), grad=True)
+    add("eps = 0.1 (eps is visible)", randn(2, 4, 6, gen=g), eps=0.1)
     add("d_model = 2", randn(3, 4, 2, gen=g))
     add("a single position (S = 1)", randn(3, 1, 16, gen=g))
-    add("eps = 0.1 (eps is visible)", randn(2, 4, 6, gen=g), eps=0.1)
     add("eps = 1e-2, small inputs", randn(2, 3, 9, gen=g, scale=0.1), eps=1e-2)
     add("tiny inputs (std 1e-3): eps dominates the variance", randn(2, 5, 8, gen=g, scale=1e-3))
     x = randn(2, 4, 6, gen=g)
     x[0, 1] = 3.0  # a constant row: variance 0, output = bias
     x[1, 2] = -1.5
     add("constant rows (variance 0)", x)
+    x = randn(2, 3, 5, gen=g)
+    x[1, 0] = 0.25
+    add("a constant row (variance 0), eps = 0.1", x, eps=0.1, grad=True)
     x = 1000.0 + randn(2, 4, 32, gen=g)
     # float32 resolution at 1000 is 6e-5: a correct mean (or nn.LayerNorm's Welford) can differ
     # from ours by a few of those, so allow 1e-3; E[x²] - E[x]² cancels catastrophically here
@@ -62,6 +109,9 @@ def _layernorm_cases(seed: int) -> list:
         d = r.choice([3, 4, 10, 17, 24])
         eps = r.choice([None, None, 1e-3])
         add(f"random case {i + 1}", randn(*lead, d, gen=g, scale=r.choice([0.5, 1.0, 3.0])), eps=eps)
+    d = r.choice([5, 8, 12])
+    cases.append(Case(f"freshly built LayerNorm({d}): weight ones, bias zeros", (), init={"ctor": (d,), "seed": seed},
+                      run=_run_fresh, judge=_judge_fresh_init(d)))
     return cases
 
 
@@ -82,70 +132,206 @@ class _LayerNormVariant(_LayerNorm):
     dim = -1
     affine = True
     one_pass = False
+    fixed_eps = None
+    keepdim = True
+    detach_stats = False
 
     def forward(self, x):
-        mean = x.mean(self.dim, keepdim=True)
+        dims = tuple(range(x.dim())) if self.dim == "all" else self.dim
+        mean = x.mean(dims, keepdim=self.keepdim)
         if self.one_pass:
-            var = (x * x).mean(self.dim, keepdim=True) - mean * mean
+            var = (x * x).mean(dims, keepdim=True) - mean * mean
         else:
-            var = x.var(self.dim, keepdim=True, unbiased=self.unbiased)
-        eps = self.eps if self.use_eps else 0.0
+            var = x.var(dims, keepdim=self.keepdim, unbiased=self.unbiased)
+        if self.detach_stats:
+            mean, var = mean.detach(), var.detach()
+        eps = (self.eps if self.fixed_eps is None else self.fixed_eps) if self.use_eps else 0.0
         y = (x - mean) / (var.sqrt() + eps) if self.eps_outside else (x - mean) / (var + eps).sqrt()
         return self.weight * y + self.bias if self.affine else y
 
 
+class _LayerNormRandomInit(_LayerNorm):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.weight = nn.Parameter(torch.randn(d_model))
+        self.bias = nn.Parameter(torch.randn(d_model))
+
+
+STD_BASED_HINT = ("this is the `a * (x - mean) / (x.std() + eps) + b` variant: x.std() is the unbiased std (divides "
+                  "by d_model - 1) and eps is added to the std; nn.LayerNorm uses the biased variance and sqrt(var + eps).")
+
 LAYERNORM_MUTANTS = [
-    Mutant("std_based", "this is the `a * (x - mean) / (x.std() + eps) + b` variant: x.std() is the unbiased std (divides by d_model - 1) and eps is added to the std; nn.LayerNorm uses the biased variance and sqrt(var + eps).",
-           _LayerNormStdBased),
+    Mutant("std_based", STD_BASED_HINT, _LayerNormStdBased),
     Mutant("unbiased_variance", "the variance is unbiased (divided by d_model - 1): LayerNorm uses the biased variance, var(unbiased=False) or mean((x - mean)²).",
            _variant(_LayerNormVariant, "LayerNorm", unbiased=True)),
     Mutant("eps_outside_sqrt", "eps was added to the std instead of the variance: divide by sqrt(var + eps), not sqrt(var) + eps.",
            _variant(_LayerNormVariant, "LayerNorm", eps_outside=True)),
     Mutant("no_eps", "eps is missing: a constant row (variance 0) gives 0 / 0 = NaN; divide by sqrt(var + eps).",
            _variant(_LayerNormVariant, "LayerNorm", use_eps=False)),
+    Mutant("eps_argument_ignored", "the `eps` argument is ignored (a fixed 1e-5 is used): store the constructor's eps (self.eps = eps) and use it.",
+           _variant(_LayerNormVariant, "LayerNorm", fixed_eps=1e-5)),
     Mutant("wrong_dim", "the statistics were taken over dim -2 (the positions) instead of the last dim: LayerNorm normalises each position's d_model features (dim=-1, keepdim=True).",
            _variant(_LayerNormVariant, "LayerNorm", dim=-2)),
+    Mutant("statistics_over_everything", "the mean and variance were taken over the whole tensor (x.mean() with no dim): LayerNorm normalises each position on its own, over the last dim (dim=-1, keepdim=True).",
+           _variant(_LayerNormVariant, "LayerNorm", dim="all")),
+    Mutant("no_keepdim", "the mean and variance lost their last dim (no keepdim=True), so (x - mean) broadcasts (..., d_model) against (...,): use x.mean(dim=-1, keepdim=True).",
+           _variant(_LayerNormVariant, "LayerNorm", keepdim=False)),
     Mutant("missing_weight_bias", "the learned scale and shift are missing: return weight * x_hat + bias.",
            _variant(_LayerNormVariant, "LayerNorm", affine=False)),
     Mutant("one_pass_variance", "the variance was computed as E[x²] - E[x]², which cancels catastrophically when the mean is large compared with the std: use mean((x - mean)²).",
            _variant(_LayerNormVariant, "LayerNorm", one_pass=True)),
+    Mutant("statistics_detached", "the forward values are right but the gradients are not: the mean or variance was detached (or computed outside autograd), yet the gradient flows through them too; keep them in the graph.",
+           _variant(_LayerNormVariant, "LayerNorm", detach_stats=True)),
+    Mutant("random_init", INIT_HINT, _LayerNormRandomInit),
 ]
 
-check_LayerNorm = register(Exercise(
+
+# Correct answers written differently: they must pass.
+class _VLayerNormFloat64(nn.Module):
+    """bias created first, var_mean, rsqrt, float64 inside."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x):
+        xd = x.double()
+        var, mean = torch.var_mean(xd, dim=-1, keepdim=True, correction=0)
+        y = (xd - mean) * torch.rsqrt(var + self.eps)
+        return (y * self.weight.double() + self.bias.double()).to(x.dtype)
+
+
+class _VLayerNormManual(nn.Module):
+    """Sums written out, assert instead of ValueError, weight and bias via torch.addcmul."""
+
+    def __init__(self, d_model, eps=1e-5):
+        assert d_model > 0, "d_model must be positive"
+        super().__init__()
+        self.d = d_model
+        self.eps = eps
+        self.weight = nn.Parameter(torch.full((d_model,), 1.0))
+        self.bias = nn.Parameter(torch.full((d_model,), 0.0))
+
+    def forward(self, x):
+        mean = x.sum(dim=-1, keepdim=True) / self.d
+        centred = x - mean
+        var = (centred * centred).sum(dim=-1, keepdim=True) / self.d
+        return torch.addcmul(self.bias, centred / torch.sqrt(var + self.eps), self.weight)
+
+
+LAYERNORM_EXERCISE = Exercise(
     name="LayerNorm",
     reference=ref.LayerNorm,
     make_cases=_layernorm_cases,
     kind="class",
     forbidden=(LAYERNORM,),
     mutants=LAYERNORM_MUTANTS,
-))
+    variants=[Variant("float64_var_mean_rsqrt_bias_first", _VLayerNormFloat64),
+              Variant("sums_by_hand_addcmul", _VLayerNormManual)],
+    input_names=("x",),
+    contract="""Layer normalisation over the last dim: the same function as nn.LayerNorm(d_model, eps).
+
+    Parameters (nn.Parameter, by these names): weight (d_model,) initialised to ones,
+        bias (d_model,) initialised to zeros.
+    forward(x (..., d_model)) -> (..., d_model):
+        weight * (x - mean) / sqrt(var + eps) + bias, with the mean and the biased variance
+        (divide by d_model, not d_model - 1) over the last dim, eps inside the square root.
+    A constant row (variance 0) gives bias.
+    Write it from scratch: nn.LayerNorm and F.layer_norm are not allowed.
+    Later code trains through this module, so its gradients are checked too (float64, weight
+    and bias included): no in-place edits of tensors autograd needs.
+    """,
+)
+check_LayerNorm = register(LAYERNORM_EXERCISE)
 
 
 # ---------------------------------------------------------------- FeedForward
+DROPOUT_IGNORED = ("in training mode with dropout=0.5 no hidden unit was dropped: apply nn.Dropout(dropout) to the "
+                   "ReLU activations, linear2(dropout(relu(linear1(x)))).")
+DROPOUT_AFTER_LINEAR2 = ("dropout was applied to the output of linear2; it acts on the hidden ReLU activations, "
+                         "between the two linears: linear2(dropout(relu(linear1(x)))).")
+DROPOUT_NOT_RESCALED = ("dropout zeroed hidden units but did not rescale the kept ones by 1/(1 - dropout): "
+                        "nn.Dropout does both.")
+_DROP_D = 64
+
+
+def _dropout_probe_state() -> dict:
+    """linear1 = 0·x + 1 (every hidden unit is relu(1) = 1, whatever x), linear2 = I + 0.5.
+
+    Then the training-mode output shows each hidden unit's dropout directly: 0.5 where the unit
+    was dropped, 0.5 + 1/(1 - p) where it was kept.
+    """
+    d = _DROP_D
+    return {"linear1.weight": torch.zeros(d, d), "linear1.bias": torch.ones(d),
+            "linear2.weight": torch.eye(d), "linear2.bias": torch.full((d,), 0.5)}
+
+
+def _run_training(cls, case: Case):
+    module = build_module(cls, case)
+    module.train()
+    return module(*case.args)
+
+
+def _judge_ffn_dropout(got) -> str | None:
+    where = "FeedForward(64, 64, dropout=0.5) in training mode (model.train())"
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != (32, _DROP_D):
+        return f"{where} should return a tensor of shape (32, {_DROP_D}), got {describe(got)}."
+    y = got.detach().double()
+
+    def frac(value):
+        return float(((y - value).abs() < 1e-4).double().mean())
+
+    if frac(1.5) > 0.95:
+        return f"{where}: the output is the same as in eval mode. Likely mistake: {DROPOUT_IGNORED}"
+    if frac(0.0) + frac(3.0) > 0.95:
+        return f"{where}: whole output entries were zeroed. Likely mistake: {DROPOUT_AFTER_LINEAR2}"
+    if frac(0.5) + frac(1.5) > 0.95:
+        return f"{where}: the kept hidden units were not rescaled. Likely mistake: {DROPOUT_NOT_RESCALED}"
+    dropped, kept = frac(0.5), frac(2.5)
+    if dropped + kept < 0.95:
+        return (f"{where}: with linear1 = 0·x + 1 and linear2 = I + 0.5 each output entry should be 0.5 (hidden unit "
+                f"dropped) or 2.5 (kept and rescaled by 2); got values such as {y.flatten()[:4].tolist()}.")
+    if not 0.35 <= dropped <= 0.65:
+        return f"{where}: {100 * dropped:.0f}% of the hidden units were dropped, expected about 50%."
+    return None
+
+
 def _ffn_cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, lead, d_model, d_ff, dropout=0.0, scale=1.0):
+    def add(label, lead, d_model, d_ff, dropout=0.0, scale=1.0, grad=False):
         module = unguarded(ref.FeedForward)(d_model, d_ff)
         x = randn(*lead, d_model, gen=g, scale=scale)
+        state = random_state(module, g)
+        if grad:
+            x, state = x.to(F64), _f64_state(state)
+            label = f"gradients (float64, parameters included), {label}"
         ctor_kwargs = {"dropout": dropout} if dropout else {}
-        init = {"ctor": (d_model, d_ff), "ctor_kwargs": ctor_kwargs, "seed": seed, "state": random_state(module, g)}
+        init = {"ctor": (d_model, d_ff), "ctor_kwargs": ctor_kwargs, "seed": seed, "state": state}
         cases.append(Case(f"{label}: x {tuple(x.shape)}, {_ctor_label('FeedForward', (d_model, d_ff), ctor_kwargs)}",
-                          (x,), init=init))
+                          (x,), init=init, grad=grad))
 
     add("(B, S, d_model), d_ff = 4 d_model", (2, 5), 8, 32)
     add("d_ff < d_model", (2, 3), 12, 5)
     add("(N, d_model)", (7,), 6, 16)
+    add("(B, S, d_model)", (2, 3), 6, 10, grad=True)
     add("(B, H, S, d) leading dims", (2, 2, 3), 4, 9)
     add("a single position (S = 1)", (3, 1), 8, 8)
     add("odd sizes", (1, 7), 5, 11)
     add("dropout=0.5 in eval mode", (2, 4), 8, 24, dropout=0.5)
+    add("dropout=0.3 in eval mode", (2, 3), 5, 7, dropout=0.3, grad=True)
     add("large-magnitude inputs", (2, 4), 8, 16, scale=20.0)
     for i in range(4):
         lead = tuple(r.randint(1, 4) for _ in range(r.randint(1, 3)))
         add(f"random case {i + 1}", lead, r.choice([3, 4, 8, 10]), r.choice([2, 7, 16, 33]),
             dropout=r.choice([0.0, 0.1]))
+    x = randn(32, _DROP_D, gen=g)
+    init = {"ctor": (_DROP_D, _DROP_D), "ctor_kwargs": {"dropout": 0.5}, "seed": seed, "state": _dropout_probe_state()}
+    cases.append(Case(f"dropout=0.5 in training mode (model.train()): x {tuple(x.shape)}, linear1 = 0·x + 1, "
+                      f"linear2 = I + 0.5", (x,), init=init, run=_run_training, judge=_judge_ffn_dropout))
     return cases
 
 
@@ -156,17 +342,28 @@ class _FeedForwardVariant(_FeedForward):
     activation = "relu"
     placement = "between"  # "between" the linears (correct), "after" linear2, or "both"
     dropout_always = False
+    dropout_where = "hidden"  # "hidden" (correct), "output", "none"
+    rescale = True
 
     def act(self, h):
         return {"relu": F.relu, "gelu": F.gelu, "none": lambda t: t}[self.activation](h)
+
+    def drop(self, h):
+        if self.dropout_always:
+            return F.dropout(h, self.dropout.p, training=True)
+        if not self.rescale:
+            return h * (torch.rand_like(h) >= self.dropout.p) if self.training else h
+        return self.dropout(h)
 
     def forward(self, x):
         h = self.linear1(x)
         if self.placement in ("between", "both"):
             h = self.act(h)
-        h = F.dropout(h, self.dropout.p, training=True) if self.dropout_always else self.dropout(h)
+        if self.dropout_where == "hidden":
+            h = self.drop(h)
         y = self.linear2(h)
-        return self.act(y) if self.placement in ("after", "both") else y
+        y = self.act(y) if self.placement in ("after", "both") else y
+        return self.drop(y) if self.dropout_where == "output" else y
 
 
 FFN_MUTANTS = [
@@ -180,15 +377,68 @@ FFN_MUTANTS = [
            _variant(_FeedForwardVariant, "FeedForward", placement="both")),
     Mutant("dropout_in_eval_mode", "dropout was applied in eval mode: use nn.Dropout (or F.dropout(..., training=self.training)) so that model.eval() turns it off.",
            _variant(_FeedForwardVariant, "FeedForward", dropout_always=True)),
+    Mutant("dropout_ignored", DROPOUT_IGNORED, _variant(_FeedForwardVariant, "FeedForward", dropout_where="none")),
+    Mutant("dropout_after_linear2", DROPOUT_AFTER_LINEAR2, _variant(_FeedForwardVariant, "FeedForward", dropout_where="output")),
+    Mutant("dropout_not_rescaled", DROPOUT_NOT_RESCALED, _variant(_FeedForwardVariant, "FeedForward", rescale=False)),
 ]
 
-check_FeedForward = register(Exercise(
+
+class _VFeedForwardFunctional(nn.Module):
+    """linear2 created first; F.linear on the parameters, clamp_min for ReLU, F.dropout with self.training."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.p = dropout
+
+    def forward(self, x):
+        h = F.linear(x, self.linear1.weight, self.linear1.bias).clamp_min(0.0)
+        h = F.dropout(h, self.p, training=self.training)
+        return F.linear(h, self.linear2.weight, self.linear2.bias)
+
+
+class _VFeedForwardEinsum(nn.Module):
+    """float64 inside, einsum, a hand-made dropout mask."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = dropout
+
+    def forward(self, x):
+        xd = x.double()
+        h = torch.einsum("...d,fd->...f", xd, self.linear1.weight.double()) + self.linear1.bias.double()
+        h = torch.where(h > 0, h, torch.zeros_like(h))
+        if self.training and self.dropout > 0:
+            h = h * (torch.rand_like(h) >= self.dropout) / (1 - self.dropout)
+        y = torch.einsum("...f,df->...d", h, self.linear2.weight.double()) + self.linear2.bias.double()
+        return y.to(x.dtype)
+
+
+FFN_EXERCISE = Exercise(
     name="FeedForward",
     reference=ref.FeedForward,
     make_cases=_ffn_cases,
     kind="class",
     mutants=FFN_MUTANTS,
-))
+    variants=[Variant("functional_linear2_first", _VFeedForwardFunctional),
+              Variant("float64_einsum_own_dropout", _VFeedForwardEinsum)],
+    input_names=("x",),
+    contract="""Position-wise feed-forward network: linear2(dropout(relu(linear1(x)))).
+
+    Sub-modules, by these names (the check loads its parameters into them by name):
+        linear1 = nn.Linear(d_model, d_ff), linear2 = nn.Linear(d_ff, d_model), both with bias.
+    forward(x (..., d_model)) -> (..., d_model).
+    Dropout (probability `dropout`) acts on the hidden ReLU activations, in training mode only,
+    the kept units rescaled by 1/(1 - dropout) (nn.Dropout does this); after model.eval() the
+    output is deterministic.
+    Later code trains through this module, so its gradients are checked too (float64,
+    parameters included).
+    """,
+)
+check_FeedForward = register(FFN_EXERCISE)
 
 
 # ---------------------------------------------------------------- DecoderLayer
@@ -212,10 +462,15 @@ def _padding(batch: int, s: int, g: torch.Generator, pad_all: bool = False) -> t
     return mask[:, None, None, :]
 
 
-def _decoder_case(label, g, seed, B, s_t, s_s, d, H, d_ff, src_mask=None, tgt_mask=None, dropout=0.0, scale=1.0):
+def _decoder_case(label, g, seed, B, s_t, s_s, d, H, d_ff, src_mask=None, tgt_mask=None, dropout=0.0, scale=1.0,
+                  grad=False, memory=None):
     module = unguarded(ref.DecoderLayer)(d, H, d_ff)
     x = randn(B, s_t, d, gen=g, scale=scale)
-    memory = randn(B, s_s, d, gen=g, scale=scale)
+    memory = randn(B, s_s, d, gen=g, scale=scale) if memory is None else memory
+    state = _decoder_state(module, g)
+    if grad:
+        x, memory, state = x.to(F64), memory.to(F64), _f64_state(state)
+        label = f"gradients (float64, every parameter included), {label}"
     kwargs, dims = {}, f"x {tuple(x.shape)}, memory {tuple(memory.shape)}"
     if src_mask is not None:
         kwargs["src_mask"] = src_mask
@@ -225,8 +480,8 @@ def _decoder_case(label, g, seed, B, s_t, s_s, d, H, d_ff, src_mask=None, tgt_ma
         dims += f", tgt_mask {tuple(tgt_mask.shape)}"
     ctor_kwargs = {"dropout": dropout} if dropout else {}
     dims += ", " + _ctor_label("DecoderLayer", (d, H, d_ff), ctor_kwargs)
-    init = {"ctor": (d, H, d_ff), "ctor_kwargs": ctor_kwargs, "seed": seed, "state": _decoder_state(module, g)}
-    return Case(f"{label}: {dims}", (x, memory), kwargs, init=init)
+    init = {"ctor": (d, H, d_ff), "ctor_kwargs": ctor_kwargs, "seed": seed, "state": state}
+    return Case(f"{label}: {dims}", (x, memory), kwargs, init=init, grad=grad)
 
 
 def _causal(s):
@@ -234,8 +489,6 @@ def _causal(s):
 
 
 def _decoder_cases(seed: int) -> list:
-    # Cases with a mask have S_t = S_s, so that a layer that mixes up the two masks still runs
-    # (and is named); the extra check covers masks with S_t ≠ S_s.
     r, g = rng(seed), generator(seed)
     cases = []
 
@@ -246,45 +499,33 @@ def _decoder_cases(seed: int) -> list:
     add("causal tgt_mask only", 2, 5, 5, 8, 2, 16, tgt_mask=_causal(5))
     add("src padding mask only", 3, 5, 5, 8, 2, 12, src_mask=_padding(3, 5, g))
     add("both masks", 2, 6, 6, 12, 3, 24, src_mask=_padding(2, 6, g), tgt_mask=_causal(6))
+    add("both masks, S_t ≠ S_s", 2, 3, 5, 8, 2, 16, src_mask=_padding(2, 5, g), tgt_mask=_causal(3))
+    add("both masks, S_t ≠ S_s", 2, 3, 4, 6, 2, 8, src_mask=_padding(2, 4, g), tgt_mask=_causal(3), grad=True)
     add("a source that is all padding", 3, 4, 4, 8, 4, 8, src_mask=_padding(3, 4, g, pad_all=True), tgt_mask=_causal(4))
+    add("a source that is all padding", 2, 3, 4, 6, 3, 8, src_mask=_padding(2, 4, g, pad_all=True),
+        tgt_mask=_causal(3), grad=True)
     add("one target position (a decoding step)", 2, 1, 7, 8, 2, 16)
     add("one source position", 2, 5, 1, 6, 3, 10)
     add("a single head (H = 1)", 2, 3, 5, 6, 1, 12)
     add("odd sizes, D_h = 3", 1, 3, 7, 15, 5, 9)
     add("dropout=0.2 in eval mode", 2, 4, 4, 8, 2, 16, src_mask=_padding(2, 4, g), tgt_mask=_causal(4), dropout=0.2)
     add("larger inputs", 2, 4, 6, 8, 2, 16, scale=5.0)
+    memory = randn(2, 5, 8, gen=g)
+    memory[:, 3] = 40.0 * memory[:, 3] / memory[:, 3].norm(dim=-1, keepdim=True)  # a loud padded source token
+    pad = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    pad[..., 3:] = False
+    add("a padded source token with the largest scores", 2, 4, 5, 8, 2, 16, src_mask=pad, tgt_mask=_causal(4),
+        memory=memory)
     for i in range(3):
         H, d_h = r.choice([1, 2, 4]), r.choice([2, 3])
         B, s_t = r.randint(1, 3), r.randint(1, 6)
         if i % 2:
-            add(f"random case {i + 1}", B, s_t, s_t, H * d_h, H, r.choice([4, 16, 20]),
-                src_mask=_padding(B, s_t, g), tgt_mask=_causal(s_t))
+            s_s = r.randint(1, 7)
+            add(f"random case {i + 1}", B, s_t, s_s, H * d_h, H, r.choice([4, 16, 20]),
+                src_mask=_padding(B, s_s, g), tgt_mask=_causal(s_t))
         else:
             add(f"random case {i + 1}", B, s_t, r.randint(1, 7), H * d_h, H, r.choice([4, 16, 20]))
     return cases
-
-
-def _check_masks_with_different_lengths(cls) -> None:
-    """Both masks at once with S_t ≠ S_s: tgt_mask (S_t, S_t) on self-attention, src_mask (B, 1, 1, S_s) on cross."""
-    g = generator(606)
-    case = _decoder_case("both masks, S_t ≠ S_s", g, 606, 2, 3, 5, 8, 2, 16,
-                         src_mask=_padding(2, 5, g), tgt_mask=_causal(3))
-    torch.manual_seed(0)
-    expected = run_module(unguarded(ref.DecoderLayer), case)
-    torch.manual_seed(0)
-    try:
-        got = run_module(cls, case)
-    except (CheckFailure, ForbiddenCall):
-        raise
-    except Exception as err:  # noqa: BLE001
-        raise CheckFailure(
-            f"DecoderLayer raised {type(err).__name__} on case [{case.label}]: {err}. tgt_mask goes to "
-            "the self-attention (S_t × S_t scores), src_mask to the cross-attention (S_t × S_s scores)."
-        ) from err
-    msg = compare(expected, got, 1e-5, 1e-4)
-    if msg:
-        msg = msg.replace("output[0]", "x").replace("output[1]", "cross_weights")
-        raise CheckFailure(f"DecoderLayer failed case [{case.label}]: {msg}")
 
 
 _DecoderLayer = unguarded(ref.DecoderLayer)
@@ -298,6 +539,8 @@ class _DecoderVariant(_DecoderLayer):
     return_self_weights = False
     normalise_memory = False
     one_norm = False
+    ignore_masks = ()  # "tgt", "src"
+    cross_q_from_memory = False
 
     def _sub(self, name, norm, x, f):
         """One residual sub-layer: pre-norm x + f(norm(x)) (or post-norm norm(x + f(x)))."""
@@ -308,6 +551,10 @@ class _DecoderVariant(_DecoderLayer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         if self.swap_masks:
             src_mask, tgt_mask = tgt_mask, src_mask
+        if "tgt" in self.ignore_masks:
+            tgt_mask = None
+        if "src" in self.ignore_masks:
+            src_mask = None
         norm1 = self.norm1
         norm2 = self.norm1 if self.one_norm else self.norm2
         norm3 = self.norm1 if self.one_norm else self.norm3
@@ -320,6 +567,9 @@ class _DecoderVariant(_DecoderLayer):
         def cross_block(h):
             mem = norm2(memory) if self.normalise_memory else memory
             kv = h if self.cross_kv == "x" else mem
+            if self.cross_q_from_memory:  # query from memory, keys and values from the decoder stream
+                a, found["cross"] = self.cross_attn(mem, h, h, None if src_mask is None else src_mask.transpose(-1, -2))
+                return a
             a, found["cross"] = self.cross_attn(h, kv, kv, src_mask)
             return a
 
@@ -327,6 +577,7 @@ class _DecoderVariant(_DecoderLayer):
         x = self._sub("cross", norm2, x, cross_block)
         x = self._sub("ffn", norm3, x, self.ffn)
         return x, found["self" if self.return_self_weights else "cross"]
+
 
 
 DECODER_MUTANTS = [
@@ -340,8 +591,14 @@ DECODER_MUTANTS = [
            _variant(_DecoderVariant, "DecoderLayer", residual=("self", "cross"))),
     Mutant("cross_kv_from_x", "the cross-attention took its keys and values from the decoder stream x; they come from memory (the encoder output): cross_attn(norm2(x), memory, memory, src_mask).",
            _variant(_DecoderVariant, "DecoderLayer", cross_kv="x")),
+    Mutant("cross_query_from_memory", "the cross-attention's query and key/value roles are swapped: the query comes from the decoder stream and the keys and values from memory, cross_attn(norm2(x), memory, memory, src_mask).",
+           _variant(_DecoderVariant, "DecoderLayer", cross_q_from_memory=True)),
     Mutant("masks_swapped", "the masks are swapped: tgt_mask (causal) goes to the self-attention, src_mask (source padding) to the cross-attention.",
            _variant(_DecoderVariant, "DecoderLayer", swap_masks=True)),
+    Mutant("tgt_mask_ignored", "tgt_mask was not passed to the self-attention, so each position sees the future: self_attn(h, h, h, tgt_mask).",
+           _variant(_DecoderVariant, "DecoderLayer", ignore_masks=("tgt",))),
+    Mutant("src_mask_ignored", "src_mask was not passed to the cross-attention, so padded source tokens get weight: cross_attn(h, memory, memory, src_mask).",
+           _variant(_DecoderVariant, "DecoderLayer", ignore_masks=("src",))),
     Mutant("returns_self_weights", "the layer returned the self-attention weights; return the cross-attention weights (B, H, S_t, S_s).",
            _variant(_DecoderVariant, "DecoderLayer", return_self_weights=True)),
     Mutant("memory_normalised", "memory was passed through norm2: in a pre-norm layer only the decoder stream is normalised (the encoder normalises its own output); use memory as it is for keys and values.",
@@ -350,13 +607,124 @@ DECODER_MUTANTS = [
            _variant(_DecoderVariant, "DecoderLayer", one_norm=True)),
 ]
 
-check_DecoderLayer = register(Exercise(
+
+# Correct answers written differently: they must pass. A learner's DecoderLayer is built on the
+# learner's own MultiHeadAttention, FeedForward and LayerNorm; these are written from scratch here.
+class _VMultiHeadAttention(nn.Module):
+    """einsum heads, W_o created first, masked_fill with the dtype's lowest value, rows zeroed by where."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        assert d_model % num_heads == 0, "d_model must be divisible by num_heads"
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.h = num_heads
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        B, S_q, d = query.shape
+        S_k = key.size(1)
+        q = self.W_q(query).reshape(B, S_q, self.h, -1)  # (B, S_q, H, D_h)
+        k = self.W_k(key).reshape(B, S_k, self.h, -1)
+        v = self.W_v(value).reshape(B, S_k, self.h, -1)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.size(-1))  # (B, H, S_q, S_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        w = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            w = torch.where(mask.expand_as(w).any(dim=-1, keepdim=True), w, torch.zeros_like(w))
+        out = torch.einsum("bhqk,bkhd->bqhd", self.drop(w), v).reshape(B, S_q, d)
+        return self.W_o(out), w
+
+
+class _VLayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+        return self.weight * (x - mean) * torch.rsqrt(var + self.eps) + self.bias
+
+
+class _VDecoderOwnParts(nn.Module):
+    """The learner's own parts, created in another order; residuals written as sub-layer helpers."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.norm3, self.norm2, self.norm1 = (_VLayerNorm(d_model) for _ in range(3))
+        self.ffn = _VFeedForwardFunctional(d_model, d_ff, dropout)
+        self.cross_attn = _VMultiHeadAttention(d_model, num_heads, dropout)
+        self.self_attn = _VMultiHeadAttention(d_model, num_heads, dropout)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        h = self.norm1(x)
+        x = x + self.drop(self.self_attn(h, h, h, mask=tgt_mask)[0])
+        attn, cross = self.cross_attn(self.norm2(x), memory, memory, mask=src_mask)
+        x = x + self.drop(attn)
+        return x + self.drop(self.ffn(self.norm3(x))), cross
+
+
+class _VDecoderFloat64(nn.Module):
+    """The parts in float64 inside, the result cast back; no separate dropout module."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.self_attn = _VMultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = _VMultiHeadAttention(d_model, num_heads, dropout)
+        self.ffn = _VFeedForwardEinsum(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = _VLayerNormFloat64(d_model), _VLayerNormFloat64(d_model), _VLayerNormFloat64(d_model)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        dtype = x.dtype
+        self.double()
+        try:
+            x, memory = x.double(), memory.double()
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, tgt_mask)[0]
+            a, w = self.cross_attn(self.norm2(x), memory, memory, src_mask)
+            x = x + a
+            x = x + self.ffn(self.norm3(x))
+        finally:
+            self.to(dtype)
+        return x.to(dtype), w.to(dtype)
+
+
+DECODER_EXERCISE = Exercise(
     name="DecoderLayer",
     reference=ref.DecoderLayer,
     make_cases=_decoder_cases,
     kind="class",
     forbidden=(MHA,),
     mutants=DECODER_MUTANTS,
+    variants=[Variant("own_parts_other_order", _VDecoderOwnParts), Variant("float64_inside", _VDecoderFloat64)],
     output_names=("x", "cross_weights"),
-    extra_checks=(_check_masks_with_different_lengths,),
-))
+    input_names=("x", "memory"),
+    contract="""A pre-norm transformer decoder layer: masked self-attention, cross-attention, feed-forward.
+
+        x = x + dropout(self_attn(norm1(x), norm1(x), norm1(x), tgt_mask))
+        x = x + dropout(cross_attn(norm2(x), memory, memory, src_mask))
+        x = x + dropout(ffn(norm3(x)))
+
+    Sub-modules, by these names (the check loads its parameters into them by name, e.g.
+    self_attn.W_q.weight, ffn.linear1.bias, norm2.weight):
+        self_attn, cross_attn: your MultiHeadAttention(d_model, num_heads, dropout)
+        ffn: your FeedForward(d_model, d_ff, dropout)
+        norm1, norm2, norm3: your LayerNorm(d_model)
+    forward(x, memory, src_mask=None, tgt_mask=None):
+        x: (B, S_t, d_model) decoder stream; memory: (B, S_s, d_model) encoder output, used as
+        it is (not normalised here)
+        tgt_mask: bool, broadcastable to (B, H, S_t, S_t), e.g. causal (S_t, S_t); or None
+        src_mask: bool, broadcastable to (B, H, S_t, S_s), e.g. padding (B, 1, 1, S_s); or None
+        returns x (B, S_t, d_model) and the cross-attention weights (B, H, S_t, S_s)
+    A source that is all padding gives zero cross-attention weights. Dropout acts in training
+    mode only (the check calls model.eval()). Later code trains through this layer, so its
+    gradients are checked too (float64, every parameter included).
+    """,
+)
+check_DecoderLayer = register(DECODER_EXERCISE)
