@@ -21,7 +21,8 @@ from torch.autograd.gradcheck import GradcheckError
 from .. import reference as ref
 from .._guard import unguarded
 from ..reference._common import masked_softmax_impl
-from ._core import Case, CheckFailure, Exercise, Mutant, describe, generator, learner_code, randn, rng
+from ._core import Case, CheckFailure, Exercise, Mutant, Variant, describe, generator, learner_code, randn, rng
+from ._ch06 import warm_dispatch_modes
 from ._forbid import AUTOGRAD, SDPA, SOFTMAX_BACKWARD
 from ._registry import register
 
@@ -51,6 +52,7 @@ def _random_mask(lead, s_q, s_k, g, fully_masked_row=False):
 
 # ---------------------------------------------------------------- softmax_backward
 def _softmax_backward_cases(seed: int) -> list:
+    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 
@@ -108,13 +110,41 @@ SB_LOG_SOFTMAX = (
     "a ⊙ (grad_a − Σ_j grad_a_j a_j)."
 )
 
+SB_SUM_EVERYTHING = ("the sum Σ_j grad_a_j a_j ran over the whole tensor (no dim): there is one such sum per row, "
+                     "(grad_a * a).sum(dim=-1, keepdim=True).")
+SB_NO_KEEPDIM = ("the row sum lost its last dim (no keepdim=True), so it broadcasts against the wrong dim of a: "
+                 "use (grad_a * a).sum(dim=-1, keepdim=True).")
+
 SOFTMAX_BACKWARD_MUTANTS = [
     Mutant("no_subtraction", SB_NO_SUBTRACTION, _sb_no_subtraction),
     Mutant("wrong_reduction_dim", SB_WRONG_DIM, _sb_wrong_dim),
     Mutant("sum_without_a", SB_SUM_WITHOUT_A, _sb_sum_without_a),
     Mutant("missing_outer_a", SB_MISSING_OUTER_A, _sb_missing_outer_a),
     Mutant("log_softmax_backward", SB_LOG_SOFTMAX, _sb_log_softmax),
+    Mutant("sum_over_everything", SB_SUM_EVERYTHING, lambda a, grad_a: a * (grad_a - (grad_a * a).sum())),
+    Mutant("sum_without_keepdim", SB_NO_KEEPDIM, lambda a, grad_a: a * (grad_a - (grad_a * a).sum(dim=-1))),
 ]
+
+
+# Correct answers written differently: they must pass.
+def _v_sb_jacobian(a, grad_a):
+    """The Jacobian diag(a) − a aᵀ built per row, then J grad_a (J is symmetric)."""
+    jac = torch.diag_embed(a) - a.unsqueeze(-1) * a.unsqueeze(-2)  # (..., N, N)
+    return torch.einsum("...ij,...j->...i", jac, grad_a)
+
+
+def _v_sb_expanded(a, grad_a):
+    return a * grad_a - a * torch.einsum("...n,...n->...", a, grad_a).unsqueeze(-1)
+
+
+def _v_sb_loops(a, grad_a):
+    assert a.shape == grad_a.shape, "a and grad_a must have the same shape"
+    flat_a, flat_g = a.reshape(-1, a.size(-1)), grad_a.reshape(-1, a.size(-1))
+    rows = []
+    for ar, gr in zip(flat_a, flat_g):
+        dot = sum(float(x) * float(y) for x, y in zip(ar, gr))
+        rows.append(ar * (gr - dot))
+    return torch.stack(rows).reshape(a.shape)
 
 SOFTMAX_BACKWARD_EXERCISE = Exercise(
     name="softmax_backward",
@@ -122,8 +152,18 @@ SOFTMAX_BACKWARD_EXERCISE = Exercise(
     make_cases=_softmax_backward_cases,
     forbidden=(AUTOGRAD, SOFTMAX_BACKWARD),
     mutants=SOFTMAX_BACKWARD_MUTANTS,
+    variants=[Variant("explicit_jacobian", _v_sb_jacobian), Variant("expanded_einsum", _v_sb_expanded),
+              Variant("row_loops_assert", _v_sb_loops)],
     atol=ATOL,
     rtol=RTOL,
+    contract="""dL/ds for a = softmax(s, dim=-1), given a and dL/da, written by hand.
+
+    a: (..., N), rows of a softmax (a row of zeros, from a fully masked row, is allowed)
+    grad_a: (..., N) = dL/da
+    Returns dL/ds (..., N), each row through the Jacobian of its own softmax (over the last dim).
+    The check works in float64 and compares to 1e-10: keep the inputs' dtype.
+    Autograd (backward, torch.autograd.grad) and PyTorch's own softmax backward are not allowed.
+    """,
 )
 check_softmax_backward = register(SOFTMAX_BACKWARD_EXERCISE)
 
@@ -131,12 +171,13 @@ check_softmax_backward = register(SOFTMAX_BACKWARD_EXERCISE)
 # ---------------------------------------------------------------- sdpa_backward
 def _attention_cases(seed: int, n_random: int) -> list:
     """(label, q, k, v, grad_out, mask) tuples in float64, shared by sdpa_backward and the Function."""
+    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     out = []
 
-    def add(label, lead, s_q, s_k, d, d_v, mask=None, scale=1.0):
-        q = randn(*lead, s_q, d, gen=g, scale=scale, dtype=F64)
-        k = randn(*lead, s_k, d, gen=g, scale=scale, dtype=F64)
+    def add(label, lead, s_q, s_k, d, d_v, mask=None, scale=1.0, q=None, k=None):
+        q = randn(*lead, s_q, d, gen=g, scale=scale, dtype=F64) if q is None else q
+        k = randn(*lead, s_k, d, gen=g, scale=scale, dtype=F64) if k is None else k
         v = randn(*lead, s_k, d_v, gen=g, dtype=F64)
         grad_out = randn(*lead, s_q, d_v, gen=g, dtype=F64)
         out.append((f"{label}: {_dims(q=q, k=k, v=v, mask=mask)}", q, k, v, grad_out, mask))
@@ -154,6 +195,13 @@ def _attention_cases(seed: int, n_random: int) -> list:
     key_pad = torch.ones(3, 1, 1, 6, dtype=torch.bool)
     key_pad[1, ..., 4:] = False
     add("padding mask (B, 1, 1, S_k) over heads", (3, 2), 4, 6, 4, 5, mask=key_pad)
+    # The largest score sits on a masked key: the weights must be masked before the softmax.
+    q = randn(2, 3, 4, gen=g, dtype=F64)
+    k = randn(2, 5, 4, gen=g, dtype=F64)
+    k[:, 2] = 8 * q.mean(dim=1)
+    hide = torch.ones(2, 3, 5, dtype=torch.bool)
+    hide[..., 2] = False
+    add("a masked key holds the largest score", (2,), 3, 5, 4, 3, mask=hide, q=q, k=k)
     for i in range(n_random):  # random shapes, odd sizes included
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         s_q, s_k = r.randint(1, 8), r.randint(1, 8)
@@ -171,14 +219,19 @@ def _sdpa_backward_cases(seed: int) -> list:
     return cases
 
 
-def _sdpa_backward_variant(q, k, v, grad_out, mask=None, *, scale_dq=True, jacobian="full",
+def _sdpa_backward_variant(q, k, v, grad_out, mask=None, *, scale_dq=True, scale_dk=True, jacobian="full",
                            rowsum_dim=-1, dk_transposed=True, dv_transposed=True, use_mask=True,
-                           ones_grad_out=False):
+                           ones_grad_out=False, scale=None, forward_scale=None, weights_fn=None):
     """sdpa_backward with one step done wrong: what the mutants compute."""
     if ones_grad_out:
         grad_out = torch.ones_like(grad_out)
-    scale = 1.0 / math.sqrt(q.size(-1))
-    weights = masked_softmax_impl(q @ k.transpose(-2, -1) * scale, mask if use_mask else None)
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale(q, v)
+    fscale = scale if forward_scale is None else forward_scale
+    scores = q @ k.transpose(-2, -1) * fscale
+    if weights_fn is not None:
+        weights = weights_fn(scores, mask)
+    else:
+        weights = masked_softmax_impl(scores, mask if use_mask else None)
     dv = (weights.transpose(-2, -1) if dv_transposed else weights) @ grad_out
     d_weights = grad_out @ v.transpose(-2, -1)
     if jacobian == "full":
@@ -188,7 +241,7 @@ def _sdpa_backward_variant(q, k, v, grad_out, mask=None, *, scale_dq=True, jacob
     else:  # "identity": the softmax skipped altogether
         d_scores = d_weights
     dq = d_scores @ k * (scale if scale_dq else 1.0)
-    dk = (d_scores.transpose(-2, -1) if dk_transposed else d_scores) @ q * scale
+    dk = (d_scores.transpose(-2, -1) if dk_transposed else d_scores) @ q * (scale if scale_dk else 1.0)
     return dq, dk, dv
 
 
@@ -213,6 +266,25 @@ ROWSUM_WRONG_DIM = "in dS = A ⊙ (dA − rowsum(dA ⊙ A)) the sum must run ove
 MASK_IGNORED = "the mask was not applied when recomputing the weights in the backward: A must be the same masked softmax as in the forward."
 FLOAT32 = "part of the computation ran in float32 (the inputs are float64): a tensor made without dtype=..., or .float(); keep the inputs' dtype so the gradients are exact."
 IGNORES_GRAD_OUT = "grad_out was ignored (as if dL/dout were all ones): chain it in, dv = Aᵀ grad_out and dA = grad_out vᵀ."
+DK_NO_SCALE = "dk is missing the 1/sqrt(D) factor: the scores are S = q kᵀ / sqrt(D), so dk = dSᵀ q / sqrt(D) (dq has it, dk needs it too)."
+NO_SCALE_BACKWARD = ("dq and dk are both missing the 1/sqrt(D) factor: the scores are S = q kᵀ / sqrt(D), so the chain rule "
+                     "brings it into both, dq = dS k / sqrt(D) and dk = dSᵀ q / sqrt(D).")
+SCALE_BY_D = "the scores were scaled by 1/D instead of 1/sqrt(D) (in the recomputed forward and in dq, dk): S = q kᵀ / sqrt(D)."
+WEIGHTS_UNSCALED = ("the weights recomputed in the backward were not scaled: A = softmax(q kᵀ / sqrt(D)) exactly as in the "
+                    "forward, then dq = dS k / sqrt(D) and dk = dSᵀ q / sqrt(D).")
+NAN_ROWS = ("a fully masked row gave NaN gradients: the softmax of a row of -inf is 0/0; that row's weights are zeros "
+            "(e.g. nan_to_num or torch.where), and then its gradients are zeros too.")
+MASK_AFTER_SOFTMAX = ("the mask was applied after the softmax (weights * mask), so the kept weights no longer sum to 1: "
+                      "fill the masked scores with -inf before the softmax, as in the forward.")
+
+
+def _softmax_then_mask(scores, mask):
+    w = torch.softmax(scores, dim=-1)
+    return w if mask is None else w * mask
+
+
+def _softmax_nan_rows(scores, mask):
+    return torch.softmax(scores if mask is None else scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 SDPA_BACKWARD_MUTANTS = [
     Mutant("dq_missing_scale", DQ_NO_SCALE, _bw(scale_dq=False)),
@@ -224,7 +296,46 @@ SDPA_BACKWARD_MUTANTS = [
     Mutant("mask_ignored_in_backward", MASK_IGNORED, _bw(use_mask=False)),
     Mutant("ignores_grad_out", IGNORES_GRAD_OUT, _bw(ones_grad_out=True)),
     Mutant("computed_in_float32", FLOAT32, _bw_float32),
+    Mutant("dk_missing_scale", DK_NO_SCALE, _bw(scale_dk=False)),
+    Mutant("no_scale_in_backward", NO_SCALE_BACKWARD, _bw(scale_dq=False, scale_dk=False)),
+    Mutant("scale_by_d", SCALE_BY_D, _bw(scale=lambda q, v: 1.0 / q.size(-1))),
+    Mutant("recomputed_weights_unscaled", WEIGHTS_UNSCALED, _bw(forward_scale=1.0)),
+    Mutant("nan_fully_masked", NAN_ROWS, _bw(weights_fn=_softmax_nan_rows)),
+    Mutant("mask_after_softmax", MASK_AFTER_SOFTMAX, _bw(weights_fn=_softmax_then_mask)),
 ]
+
+
+# Correct answers written differently: they must pass.
+def _v_bw_einsum(q, k, v, grad_out, mask=None):
+    """einsum, a hand-made masked softmax (exp of shifted scores, zero rows by where)."""
+    d = q.shape[-1]
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / d ** 0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=scores.dtype))
+    m = scores.amax(dim=-1, keepdim=True)
+    e = torch.exp(scores - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+    a = e / e.sum(dim=-1, keepdim=True).clamp_min(1e-300)
+    dv = torch.einsum("...qk,...qe->...ke", a, grad_out)
+    da = torch.einsum("...qe,...ke->...qk", grad_out, v)
+    ds = a * da - a * torch.einsum("...qk,...qk->...q", a, da).unsqueeze(-1)
+    dq = torch.einsum("...qk,...kd->...qd", ds, k) / d ** 0.5
+    dk = torch.einsum("...qk,...qd->...kd", ds, q) / d ** 0.5
+    return dq, dk, dv
+
+
+def _v_bw_jacobian(q, k, v, grad_out, mask=None):
+    """The softmax Jacobian built per row; the scale folded into q first; assert for validation."""
+    assert q.size(-1) == k.size(-1), "q and k must share D"
+    qs = q * q.size(-1) ** -0.5
+    scores = qs @ k.mT
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), -math.inf)
+    a = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    dv = a.mT @ grad_out
+    da = grad_out @ v.mT
+    jac = torch.diag_embed(a) - a.unsqueeze(-1) * a.unsqueeze(-2)  # (..., S_q, S_k, S_k)
+    ds = (jac @ da.unsqueeze(-1)).squeeze(-1)
+    return ds @ k * q.size(-1) ** -0.5, ds.mT @ qs, dv
 
 _SHAPE_ERRORS = ("cannot be multiplied", "batch2", "must match the size of tensor")
 
@@ -256,9 +367,21 @@ SDPA_BACKWARD_EXERCISE = Exercise(
     run=_run_sdpa_backward,
     forbidden=(AUTOGRAD, SDPA, SOFTMAX_BACKWARD),
     mutants=SDPA_BACKWARD_MUTANTS,
+    variants=[Variant("einsum_own_softmax", _v_bw_einsum), Variant("jacobian_scale_folded_into_q", _v_bw_jacobian)],
     atol=ATOL,
     rtol=RTOL,
     output_names=("dq", "dk", "dv"),
+    contract="""Gradients of out = softmax(q kᵀ / sqrt(D), masked) v with respect to q, k and v, by hand.
+
+    q: (..., S_q, D)   k: (..., S_k, D)   v: (..., S_k, D_v)   grad_out: (..., S_q, D_v) = dL/dout
+    mask: bool, broadcastable to (..., S_q, S_k), True = may attend; or None
+    Returns (dq, dk, dv): dq (..., S_q, D), dk (..., S_k, D), dv (..., S_k, D_v).
+    Recompute the weights from q, k and the mask as in the forward.
+    A fully masked query row has zero weights, a zero output and zero gradients (never NaN).
+    The check works in float64 and compares to 1e-10: keep the inputs' dtype.
+    Autograd (backward, torch.autograd.grad), F.scaled_dot_product_attention and PyTorch's own
+    softmax backward are not allowed.
+    """,
 )
 check_sdpa_backward = register(SDPA_BACKWARD_EXERCISE)
 
@@ -302,12 +425,11 @@ def _function_forward_backward(impl, q, k, v, grad_out, mask, label):
     """out and (dq, dk, dv) of the learner's Function, gradients through torch.autograd.grad."""
     name = "ScaledDotProductAttentionFunction"
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    extra = () if mask is None else (mask,)
     try:
         with torch.enable_grad():
-            out = _apply(impl)(q, k, v, *extra)
+            out = _apply(impl)(q, k, v, mask)  # the mask always passed, None when there is none
             if not isinstance(out, torch.Tensor):
-                raise CheckFailure(f"{name}.apply(q, k, v{', mask' if extra else ''}) should return the "
+                raise CheckFailure(f"{name}.apply(q, k, v, mask) should return the "
                                    f"output tensor, but returned {describe(out)} on case [{label}].")
             if not isinstance(out.grad_fn, BackwardCFunction):
                 raise CheckFailure(f"{name} on case [{label}]: {NOT_A_FUNCTION}")
@@ -331,35 +453,52 @@ def _function_forward_backward(impl, q, k, v, grad_out, mask, label):
     return (out.detach(), *grads)
 
 
+GRADCHECK_PASSED = "gradcheck passed"
+
+
+def _run_gradcheck(impl, case: Case):
+    """torch.autograd.gradcheck in float64: the learner's backward against finite differences of
+    the learner's forward. Returns a sentence (the judge reads it): this runs in the check's
+    process and in the grader's, and only the sentence crosses between them.
+
+    The learner's backward still runs under the autograd tripwire (_with_backward_tripwire); the
+    exercise forbids nothing else, so gradcheck's own autograd calls are allowed here.
+    """
+    q, k, v, mask = case.args
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    fn = _apply(impl)
+    try:
+        # fast_mode compares vᵀ J u for random u, v: a few forwards instead of two per input element.
+        torch.autograd.gradcheck(lambda q, k, v: fn(q, k, v, mask), (q, k, v), fast_mode=True, raise_exception=True)
+    except GradcheckError as err:
+        first = str(err).strip().splitlines()[0]
+        return (f"your backward disagrees with finite differences of your forward ({first.rstrip(',.')}; "
+                "inputs 0, 1, 2 are q, k, v).")
+    return GRADCHECK_PASSED
+
+
+def _judge_gradcheck(got) -> str | None:
+    if got == GRADCHECK_PASSED:
+        return None
+    return got if isinstance(got, str) else f"gradcheck could not run: got {describe(got)}."
+
+
 def _function_cases(seed: int) -> list:
-    return [Case(label, (q, k, v, grad_out, mask)) for label, q, k, v, grad_out, mask
-            in _attention_cases(seed, n_random=4)]
+    cases = [Case(label, (q, k, v, grad_out, mask)) for label, q, k, v, grad_out, mask
+             in _attention_cases(seed, n_random=4)]
+    g = generator(seed + 808)  # small: finite differences cost a few forwards per case
+    for lead, s_q, s_k, d, d_v, masked in [((2,), 2, 3, 3, 2, False), ((1, 2), 3, 4, 2, 2, True)]:
+        q = randn(*lead, s_q, d, gen=g, dtype=F64)
+        k = randn(*lead, s_k, d, gen=g, dtype=F64)
+        v = randn(*lead, s_k, d_v, gen=g, dtype=F64)
+        mask = _random_mask(lead, s_q, s_k, g, fully_masked_row=True) if masked else None
+        cases.append(Case(f"torch.autograd.gradcheck in float64: {_dims(q=q, k=k, v=v, mask=mask)}",
+                          (q, k, v, mask), run=_run_gradcheck, judge=_judge_gradcheck))
+    return cases
 
 
 def _run_function(impl, case: Case):
     return _function_forward_backward(impl, *case.args, case.label)
-
-
-def _gradcheck(impl) -> None:
-    """torch.autograd.gradcheck in float64: backward against finite differences of forward."""
-    g = generator(808)  # small: the numerical Jacobian costs two forwards per input element
-    for lead, s_q, s_k, d, d_v, masked in [((1, 2), 3, 4, 2, 2, True), ((2,), 2, 3, 3, 2, False)]:
-        q = randn(*lead, s_q, d, gen=g, dtype=F64).requires_grad_()
-        k = randn(*lead, s_k, d, gen=g, dtype=F64).requires_grad_()
-        v = randn(*lead, s_k, d_v, gen=g, dtype=F64).requires_grad_()
-        extra = (_random_mask(lead, s_q, s_k, g, fully_masked_row=True),) if masked else ()
-        fn = _apply(impl)
-        where = f"gradcheck ({_dims(q=q, k=k, v=v, mask=extra[0] if extra else None)}, float64)"
-        try:
-            # fast_mode compares vᵀ J u for random u, v: a few forwards instead of two per input element.
-            torch.autograd.gradcheck(lambda q, k, v: fn(q, k, v, *extra), (q, k, v), fast_mode=True,
-                                     raise_exception=True)
-        except GradcheckError as err:
-            first = str(err).strip().splitlines()[0]
-            raise CheckFailure(
-                f"{where}: your backward disagrees with finite differences of your forward ({first.rstrip(',.')}; "
-                "inputs 0, 1, 2 are q, k, v)."
-            ) from None
 
 
 def _function_with_backward(backward):
@@ -401,8 +540,68 @@ FUNCTION_MUTANTS = [
     Mutant("backward_ignores_mask", MASK_IGNORED, _fn_bw_from(_bw(use_mask=False))),
     Mutant("backward_ignores_grad_out", IGNORES_GRAD_OUT, _fn_bw_from(_bw(ones_grad_out=True))),
     Mutant("backward_dq_missing_scale", DQ_NO_SCALE, _fn_bw_from(_bw(scale_dq=False))),
+    Mutant("backward_dk_missing_scale", DK_NO_SCALE, _fn_bw_from(_bw(scale_dk=False))),
+    Mutant("backward_nan_fully_masked", NAN_ROWS, _fn_bw_from(_bw(weights_fn=_softmax_nan_rows))),
     Mutant("backward_skips_softmax", SKIP_SOFTMAX, _fn_bw_from(_bw(jacobian="identity"))),
 ]
+
+# Correct answers written differently: they must pass.
+class _VFunctionSavesWeights(torch.autograd.Function):
+    """Saves the weights (not q, k, v alone), mask without a default, einsum backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask):
+        scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        a = torch.softmax(scores, dim=-1)
+        a = torch.where(torch.isnan(a), torch.zeros_like(a), a)
+        ctx.save_for_backward(q, k, v, a)
+        return a @ v
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, a = ctx.saved_tensors
+        da = grad_out @ v.transpose(-2, -1)
+        ds = a * (da - (a * da).sum(-1, keepdim=True))
+        c = 1.0 / math.sqrt(q.shape[-1])
+        return (torch.einsum("...qk,...kd->...qd", ds, k) * c, torch.einsum("...qk,...qd->...kd", ds, q) * c,
+                torch.einsum("...qk,...qe->...ke", a, grad_out), None)
+
+
+class _VFunctionSetupContext(torch.autograd.Function):
+    """The newer style: forward without ctx, setup_context saves the inputs; the mask kept on ctx."""
+
+    @staticmethod
+    def forward(q, k, v, mask=None):
+        out, _ = _plain_attention(q, k, v, mask)
+        return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q, k, v, mask = inputs
+        ctx.save_for_backward(q, k, v)
+        ctx.mask = mask
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v = ctx.saved_tensors
+        _, a = _plain_attention(q, k, v, ctx.mask)
+        dv = a.mT @ grad_out
+        da = grad_out @ v.mT
+        ds = a * da - a * (a * da).sum(dim=-1, keepdim=True)
+        return ds @ k / math.sqrt(q.size(-1)), ds.mT @ q / math.sqrt(q.size(-1)), dv, None
+
+
+def _plain_attention(q, k, v, mask):
+    scores = q @ k.mT / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    m = scores.amax(-1, keepdim=True).nan_to_num(0.0, neginf=0.0)
+    e = (scores - m).exp()
+    a = e / e.sum(-1, keepdim=True).clamp_min(1e-300)
+    return a @ v, a
+
 
 FUNCTION_EXERCISE = Exercise(
     name="ScaledDotProductAttentionFunction",
@@ -415,6 +614,18 @@ FUNCTION_EXERCISE = Exercise(
     atol=ATOL,
     rtol=RTOL,
     output_names=("out", "dq", "dk", "dv"),
-    extra_checks=(_gradcheck,),
+    variants=[Variant("saves_weights_einsum", _VFunctionSavesWeights),
+              Variant("setup_context_style", _VFunctionSetupContext)],
+    contract="""Attention as a torch.autograd.Function whose backward is your hand-derived one.
+
+    ScaledDotProductAttentionFunction.apply(q, k, v, mask) -> out, mask a bool tensor or None:
+        out (..., S_q, D_v) = softmax(q kᵀ / sqrt(D), masked) v
+        q: (..., S_q, D)   k: (..., S_k, D)   v: (..., S_k, D_v)
+        mask: broadcastable to (..., S_q, S_k), True = may attend; a fully masked row gives zeros
+    forward(ctx, q, k, v, mask=None) saves what backward needs (ctx.save_for_backward for tensors);
+    backward(ctx, grad_out) returns one gradient per input of forward: (dq, dk, dv, None).
+    The check compares out, dq, dk, dv in float64 (to 1e-10) and runs torch.autograd.gradcheck.
+    backward must not call autograd (backward, torch.autograd.grad): write the gradients yourself.
+    """,
 )
 check_ScaledDotProductAttentionFunction = register(FUNCTION_EXERCISE)
