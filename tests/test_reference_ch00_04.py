@@ -111,6 +111,29 @@ def test_gradcheck_softmax_and_logsumexp():
     assert torch.autograd.gradcheck(lambda t: ref.logsumexp(t, dim=-1), (x,))
 
 
+def test_slice_entirely_minus_inf():
+    """The contract: softmax gives NaN there (as torch.softmax); logsumexp may give -inf (torch's)
+    or NaN (the reference's m + log(sum(exp(x - m))) with m = -inf)."""
+    x = randn(3, 4, seed=7)
+    x[1] = float("-inf")
+    s = ref.softmax(x, dim=-1)
+    assert torch.isnan(s[1]).all() and torch.isnan(torch.softmax(x, dim=-1)[1]).all()
+    torch.testing.assert_close(s[[0, 2]], torch.softmax(x[[0, 2]], dim=-1))
+    lse = ref.logsumexp(x, dim=-1)
+    assert torch.isnan(lse[1]) or lse[1] == float("-inf")
+    assert torch.logsumexp(x, dim=-1)[1] == float("-inf")
+    torch.testing.assert_close(lse[[0, 2]], torch.logsumexp(x[[0, 2]], dim=-1))
+
+
+def test_gradients_with_minus_inf_entries_are_finite():
+    x = randn(3, 5, seed=8, dtype=torch.float64)
+    x[0, :2] = x[2, 4] = float("-inf")
+    for f in (ref.softmax, ref.logsumexp):
+        t = x.clone().requires_grad_()
+        (f(t, dim=-1) * randn(*f(x, dim=-1).shape, seed=9, dtype=torch.float64)).sum().backward()
+        assert torch.isfinite(t.grad).all() and (t.grad[x == float("-inf")] == 0).all()
+
+
 # ============================================================================== chapter 01
 QKV_SHAPES = [((), 4, 4, 6, 6), ((2,), 3, 7, 5, 2), ((2, 3), 5, 4, 8, 3), ((1,), 1, 1, 3, 4), ((3,), 1, 6, 2, 5)]
 
@@ -172,6 +195,17 @@ def test_attention_pooling_gradcheck():
     mask = torch.tensor([[True, True, False, True]])  # (1, S_k), broadcast over queries
     assert torch.autograd.gradcheck(
         lambda a, b, c: ref.attention_pooling(a, b, c, ref.dot_product_score, mask=mask), (q, k, v))
+
+
+def test_attention_pooling_fully_masked_row_gradient_is_zero():
+    """The check compares gradients with a fully masked row: the reference sends none through it."""
+    q, k, v = (randn(2, s, 3, seed=40 + i, dtype=torch.float64).requires_grad_() for i, s in enumerate((4, 5, 5)))
+    mask = torch.ones(2, 4, 5, dtype=torch.bool)
+    mask[0, 1] = False
+    ctx, w = ref.attention_pooling(q, k, v, ref.dot_product_score, mask=mask)
+    (ctx.sum() + (w * randn(2, 4, 5, seed=45, dtype=torch.float64)).sum()).backward()
+    assert torch.isfinite(q.grad).all() and (q.grad[0, 1] == 0).all()
+    assert torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
 
 
 # ============================================================================== chapter 02
@@ -248,6 +282,21 @@ def test_additive_gradients():
     ctx.sum().backward()
     for name, p in m.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_additive_gradients_with_a_fully_masked_row_are_finite():
+    m = additive_module(3, 4, 5, seed=3).double()
+    q, k, v = randn(2, 3, 3, seed=46, dtype=torch.float64), randn(2, 4, 4, seed=47, dtype=torch.float64), \
+        randn(2, 4, 2, seed=48, dtype=torch.float64)
+    q.requires_grad_()
+    mask = torch.ones(2, 3, 4, dtype=torch.bool)
+    mask[1, 0] = False
+    mask[0, 2, :3] = False  # leading keys masked
+    ctx, w = m(q, k, v, mask=mask)
+    (ctx.sum() + (w * randn(2, 3, 4, seed=49, dtype=torch.float64)).sum()).backward()
+    assert torch.isfinite(q.grad).all() and (q.grad[1, 0] == 0).all()
+    for name, p in m.named_parameters():
+        assert torch.isfinite(p.grad).all(), name
 
 
 # ============================================================================== chapter 04
