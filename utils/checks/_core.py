@@ -466,7 +466,8 @@ def learner_code(forbidden: Sequence[Forbidden] = (), budget: Budget | None = No
                     patches.append((owner, attr, owner.__dict__.get(attr, getattr(owner, attr)), attr in owner.__dict__))
                     setattr(owner, attr, f._tripwire_replacement(group.label))
         aten = _Limits(aten_table) if aten_table else contextlib.nullcontext()
-        with _Tripwire(forbidden, budget), aten, _alarm(budget.seconds if budget else None):
+        # The aten mode first (its first use imports part of torch, ~2 s), then the clock starts.
+        with aten, _Tripwire(forbidden, budget), _alarm(budget.seconds if budget else None):
             yield
     finally:
         for owner, attr, old, own in reversed(patches):
