@@ -85,12 +85,19 @@ def _score_no_transpose(query, keys):
     return query @ keys
 
 
+def _score_bmm(query, keys):
+    return torch.bmm(query, keys.transpose(-2, -1))  # (B, S, D) only
+
+
 def _score_elementwise(query, keys):
     return (query * keys).sum(dim=-1)  # pairs query i with key i only
 
 
 BATCHED_T_HINT = ("`.T` reverses *every* dimension of a batched tensor (keys (B, S_k, D) become (D, S_k, B)); "
                   "swap only the last two with keys.transpose(-2, -1) (or keys.mT).")
+
+BMM_HINT = ("torch.bmm takes 3-D tensors only: use @ (torch.matmul), which also handles no batch dims and "
+            "(B, H) leading dims.")
 
 SCORE_MUTANTS = [
     Mutant("scaled_by_sqrt_d", "the scores were divided by sqrt(D): this exercise asks for the plain, unscaled dot product query @ keysᵀ (the scaling comes in chapter 03).", _score_scaled),
@@ -99,6 +106,7 @@ SCORE_MUTANTS = [
     Mutant("batched_T", BATCHED_T_HINT, _score_batched_T),
     Mutant("transpose_1_2", "keys.transpose(1, 2) only works for exactly one leading dim: transpose the last two dims, keys.transpose(-2, -1), so no batch dims and (B, H) work too.", _score_transpose_1_2),
     Mutant("no_transpose", "query @ keys multiplies (S_q, D) by (S_k, D): transpose the keys' last two dims first, query @ keys.transpose(-2, -1).", _score_no_transpose),
+    Mutant("bmm_3d_only", BMM_HINT, _score_bmm),
     Mutant("elementwise_product", "(query * keys).sum(-1) pairs query i with key i only (and needs S_q = S_k): every query must be scored against every key, query @ keys.transpose(-2, -1) of shape (..., S_q, S_k).", _score_elementwise),
 ]
 
@@ -327,6 +335,11 @@ def _pool_args_swapped(query, keys, values, score_fn, mask=None):
     return _pool(score_fn(keys, query), values, mask)
 
 
+def _pool_bmm(query, keys, values, score_fn, mask=None):
+    _, w = _pool(score_fn(query, keys), values, mask)
+    return torch.bmm(w, values), w  # (B, S, S) only
+
+
 def _pool_extra_scaling(query, keys, values, score_fn, mask=None):
     return _pool(score_fn(query, keys) / math.sqrt(query.size(-1)), values, mask)
 
@@ -375,6 +388,7 @@ POOLING_MUTANTS = [
     Mutant("nan_fully_masked", "a fully masked row gave NaN: softmax over a row of -inf is 0/0; replace those rows with zeros (e.g. nan_to_num or torch.where).", _pool_nan_rows),
     Mutant("context_from_keys", "the context averages the keys: the weights say how much of each *value* to take, so context = weights @ values.", _pool_context_from_keys),
     Mutant("score_fn_args_swapped", "score_fn was called as score_fn(keys, query): its arguments are (query, keys), and it returns scores (..., S_q, S_k).", _pool_args_swapped),
+    Mutant("bmm_3d_only", BMM_HINT, _pool_bmm),
     Mutant("extra_sqrt_d_scaling", "the scores were divided by sqrt(D): score_fn already defines the score, so use score_fn(query, keys) exactly as it returns it.", _pool_extra_scaling),
     Mutant("inplace_nan_fix", INPLACE_HINT, _pool_inplace_nan_fix),
     Mutant("additive_inf_bias", ADDITIVE_BIAS_HINT, _pool_additive_bias),
