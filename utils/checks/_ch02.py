@@ -438,7 +438,7 @@ EXERCISE = Exercise(
     contract="""Additive (Bahdanau) attention: score(q_i, k_j) = w_vᵀ tanh(W_q q_i + W_k k_j).
 
     __init__(query_dim, key_dim, attn_dim) creates these three layers (in any order), and no
-    other parameters; the check loads its weights into them by name:
+    other parameters or buffers; the check loads its weights into them by name:
         self.W_q = nn.Linear(query_dim, attn_dim, bias=False)
         self.W_k = nn.Linear(key_dim, attn_dim, bias=False)
         self.w_v = nn.Linear(attn_dim, 1, bias=False)
