@@ -13,6 +13,7 @@ autograd tripwire: a backward that calls autograd (``torch.autograd.grad``, ``.b
 ``torch.func.vjp`` ...) is refused and scores zero, while the check's own autograd calls pass.
 """
 import math
+from dataclasses import replace
 
 import torch
 from torch.autograd.function import BackwardCFunction
@@ -270,6 +271,8 @@ DK_NO_SCALE = "dk is missing the 1/sqrt(D) factor: the scores are S = q kᵀ / s
 NO_SCALE_BACKWARD = ("dq and dk are both missing the 1/sqrt(D) factor: the scores are S = q kᵀ / sqrt(D), so the chain rule "
                      "brings it into both, dq = dS k / sqrt(D) and dk = dSᵀ q / sqrt(D).")
 SCALE_BY_D = "the scores were scaled by 1/D instead of 1/sqrt(D) (in the recomputed forward and in dq, dk): S = q kᵀ / sqrt(D)."
+SCALE_BY_D_V = ("the scores were scaled by 1/sqrt(D_v) (the size of v) instead of 1/sqrt(D) (the size of q and k), "
+                "in the recomputed forward and in dq, dk.")
 WEIGHTS_UNSCALED = ("the weights recomputed in the backward were not scaled: A = softmax(q kᵀ / sqrt(D)) exactly as in the "
                     "forward, then dq = dS k / sqrt(D) and dk = dSᵀ q / sqrt(D).")
 NAN_ROWS = ("a fully masked row gave NaN gradients: the softmax of a row of -inf is 0/0; that row's weights are zeros "
@@ -299,6 +302,7 @@ SDPA_BACKWARD_MUTANTS = [
     Mutant("dk_missing_scale", DK_NO_SCALE, _bw(scale_dk=False)),
     Mutant("no_scale_in_backward", NO_SCALE_BACKWARD, _bw(scale_dq=False, scale_dk=False)),
     Mutant("scale_by_d", SCALE_BY_D, _bw(scale=lambda q, v: 1.0 / q.size(-1))),
+    Mutant("scale_by_d_v", SCALE_BY_D_V, _bw(scale=lambda q, v: 1.0 / math.sqrt(v.size(-1)))),
     Mutant("recomputed_weights_unscaled", WEIGHTS_UNSCALED, _bw(forward_scale=1.0)),
     Mutant("nan_fully_masked", NAN_ROWS, _bw(weights_fn=_softmax_nan_rows)),
     Mutant("mask_after_softmax", MASK_AFTER_SOFTMAX, _bw(weights_fn=_softmax_then_mask)),
@@ -360,6 +364,46 @@ def _run_sdpa_backward(fn, case: Case):
         raise
 
 
+def _scale_rescaler(runner, dq_index):
+    """``Exercise.rescale`` for the backward: the case with every score multiplied by c.
+
+    Scaling q by c multiplies the scores by c; then dk and dv are those of scores scaled by
+    c/sqrt(D), and dq = dS k c/sqrt(D) is c times the reference's dq on the scaled q.
+    """
+    def rescale(case: Case, c: float) -> Case:
+        # Snap c to a known wrong factor when it is within 0.1%: the core's search refines c to about
+        # 1e-7, too coarse for this chapter's float64 tolerance (1e-10), so without snapping it
+        # would never confirm a match (a workaround inside this chapter).
+        names = _scale_names(case)
+        right = next(iter(names.values()))
+        for value in names.values():
+            if abs(math.log(c) - math.log(value / right)) < 1e-3:
+                c = value / right
+                break
+        q, *rest = case.args
+        base = case.run or runner
+
+        def run(impl, cs):
+            out = list(base(impl, cs))
+            out[dq_index] = out[dq_index] * c
+            return tuple(out)
+
+        return replace(case, args=(q * c, *rest), run=run)
+
+    return rescale
+
+
+def _scale_names(case: Case) -> dict:
+    q, k, v = case.args[:3]
+    d, d_v = q.size(-1), v.size(-1)
+    names = {"1/sqrt(D)": 1 / math.sqrt(d), "1 (no scaling)": 1.0, "1/D": 1 / d,
+             "1/sqrt(D_v) (the size of v)": 1 / math.sqrt(d_v), "sqrt(D)": math.sqrt(d),
+             "1/sqrt(S_k)": 1 / math.sqrt(k.size(-2)), "1/sqrt(S_q)": 1 / math.sqrt(q.size(-2))}
+    if q.dim() >= 3:
+        names["1/sqrt(q.size(1))"] = 1 / math.sqrt(q.size(1))
+    return names
+
+
 SDPA_BACKWARD_EXERCISE = Exercise(
     name="sdpa_backward",
     reference=ref.sdpa_backward,
@@ -371,6 +415,8 @@ SDPA_BACKWARD_EXERCISE = Exercise(
     atol=ATOL,
     rtol=RTOL,
     output_names=("dq", "dk", "dv"),
+    rescale=_scale_rescaler(_run_sdpa_backward, 0),
+    scale_names=_scale_names,
     contract="""Gradients of out = softmax(q kᵀ / sqrt(D), masked) v with respect to q, k and v, by hand.
 
     q: (..., S_q, D)   k: (..., S_k, D)   v: (..., S_k, D_v)   grad_out: (..., S_q, D_v) = dL/dout
@@ -533,6 +579,21 @@ def _fn_plain_autograd(q, k, v, mask=None):
     return masked_softmax_impl(scores, mask) @ v
 
 
+class _FunctionScaleByDv(unguarded(ref.ScaledDotProductAttentionFunction)):
+    """1/sqrt(D_v) in the forward and in the backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask=None):
+        ctx.save_for_backward(q, k, v)
+        ctx.mask = mask
+        return masked_softmax_impl(q @ k.transpose(-2, -1) / math.sqrt(v.size(-1)), mask) @ v
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v = ctx.saved_tensors
+        return (*_bw(scale=lambda q, v: 1.0 / math.sqrt(v.size(-1)))(q, k, v, grad_out, ctx.mask), None)
+
+
 FUNCTION_MUTANTS = [
     Mutant("grads_in_wrong_order", WRONG_ORDER, _function_with_backward(_fn_wrong_order)),
     Mutant("no_gradient_slot_for_mask", MISSING_MASK_GRAD, _function_with_backward(_fn_no_mask_grad)),
@@ -541,6 +602,7 @@ FUNCTION_MUTANTS = [
     Mutant("backward_ignores_grad_out", IGNORES_GRAD_OUT, _fn_bw_from(_bw(ones_grad_out=True))),
     Mutant("backward_dq_missing_scale", DQ_NO_SCALE, _fn_bw_from(_bw(scale_dq=False))),
     Mutant("backward_dk_missing_scale", DK_NO_SCALE, _fn_bw_from(_bw(scale_dk=False))),
+    Mutant("scale_by_d_v", SCALE_BY_D_V, _FunctionScaleByDv),
     Mutant("backward_nan_fully_masked", NAN_ROWS, _fn_bw_from(_bw(weights_fn=_softmax_nan_rows))),
     Mutant("backward_skips_softmax", SKIP_SOFTMAX, _fn_bw_from(_bw(jacobian="identity"))),
 ]
@@ -614,6 +676,8 @@ FUNCTION_EXERCISE = Exercise(
     atol=ATOL,
     rtol=RTOL,
     output_names=("out", "dq", "dk", "dv"),
+    rescale=_scale_rescaler(_run_function, 1),
+    scale_names=_scale_names,
     variants=[Variant("saves_weights_einsum", _VFunctionSavesWeights),
               Variant("setup_context_style", _VFunctionSetupContext)],
     contract="""Attention as a torch.autograd.Function whose backward is your hand-derived one.
