@@ -136,6 +136,7 @@ class Forbidden:
     aten: tuple = ()
 
 
+DIAGNOSIS_SECONDS = 1.5  # time the diagnosis may take to name a mistake
 DEFAULT_SECONDS = 3.0  # per call, on the small inputs of a check: generous for Python loops
 
 
@@ -787,7 +788,7 @@ def evaluate(exercise: Exercise, impl, cases: list) -> tuple[list, list, list]:
             errors.append(f"{exercise.name} is over its budget on this case: {err}.")
             continue
         except CheckFailure as err:  # a runner's own verdict on this case
-            outputs.append(_Crashed(str(err)))
+            outputs.append(_Crashed(_crash_message(err)))
             errors.append(str(err))
             continue
         except Exception as err:  # the learner's bug: say which case and where, go on
@@ -838,7 +839,10 @@ def diagnose(exercise: Exercise, cases: list, outputs: list, expected: list | No
     if expected is None:
         expected = [expected_output(exercise, c, i) for i, c in enumerate(cases)]
     hints = []
+    deadline = time.perf_counter() + DIAGNOSIS_SECONDS
     for mutant in exercise.mutants:
+        if time.perf_counter() > deadline:  # a failing check answers within about 2 s
+            break
         if _same_as(exercise, mutant.impl, cases, outputs, expected):
             hints.append(mutant.hint)
     if not hints and exercise.rescale is not None:
@@ -867,7 +871,7 @@ def _best_factor(exercise: Exercise, case: Case, i: int, got) -> float | None:
     errs = [err(x) for x in grid]
     k = min(range(len(grid)), key=errs.__getitem__)
     lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
-    for _ in range(30):  # golden-section refinement
+    for _ in range(64):  # golden-section refinement, to float64 precision
         m1, m2 = lo + 0.382 * (hi - lo), lo + 0.618 * (hi - lo)
         if err(m1) < err(m2):
             hi = m2
