@@ -5,10 +5,12 @@ import torch
 import torch.nn.functional as F
 
 from .. import reference as ref
-from ._core import Case, CheckFailure, Exercise, Mutant, compare, generator, largest_tensor, randn, rng
+from ._core import Budget, Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._registry import register
 
 __all__ = ["check_elu_feature_map", "check_linear_attention", "check_causal_linear_attention"]
+
+F64 = torch.float64
 
 
 # ---------------------------------------------------------------- elu_feature_map
@@ -21,48 +23,60 @@ def _phi_cases(seed: int) -> list:
 
     add("a vector", randn(7, gen=g))
     add("(B, H, S, D)", randn(2, 3, 5, 4, gen=g))
+    add("exact values around 0", torch.tensor([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0]))
+    add("all negative", -randn(3, 6, gen=g).abs() - 0.1)
     add("a single element", randn(1, 1, gen=g))
     add("zeros (φ(0) = 1)", torch.zeros(3, 4))
-    add("exact values around 0", torch.tensor([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0]))
-    add("large-magnitude inputs", randn(4, 8, gen=g, scale=30.0))
-    add("all negative", -randn(3, 6, gen=g).abs() - 0.1)
-    for i in range(5):  # random shapes
+    add("large-magnitude inputs (|x| ~ 30)", randn(4, 8, gen=g, scale=30.0))
+    add("float64 input", randn(2, 5, gen=g, dtype=F64))
+    for i in range(4):  # random shapes
         shape = tuple(r.randint(1, 6) for _ in range(r.randint(1, 4)))
         add(f"random case {i + 1}", randn(*shape, gen=g, scale=r.choice([1.0, 3.0])))
     return cases
 
 
-def _phi_relu(x):
-    return F.relu(x)
-
-
-def _phi_elu(x):
-    return F.elu(x)
-
-
-def _phi_elu_shifted_input(x):
-    return F.elu(x + 1)
-
-
-def _phi_exp(x):
-    return torch.exp(x)
-
-
 RELU = "relu was used as the feature map: φ(x) = elu(x) + 1, which is positive everywhere (relu is 0 for every x ≤ 0)."
 ELU_NO_PLUS_ONE = "the + 1 is missing: elu(x) alone is negative for x < 0; φ(x) = elu(x) + 1 is positive everywhere."
+RELU_PLUS_ONE = ("relu(x) + 1 was used: it equals elu(x) + 1 for x > 0 only; for x ≤ 0, elu(x) + 1 = exp(x), "
+                 "which falls smoothly towards 0 (relu(x) + 1 stays at 1).")
+NO_ELU = "the elu is missing: x + 1 is negative for x < −1; φ(x) = elu(x) + 1 = exp(x) for x ≤ 0."
 
 PHI_MUTANTS = [
-    Mutant("relu", RELU, _phi_relu),
-    Mutant("elu_without_plus_one", ELU_NO_PLUS_ONE, _phi_elu),
-    Mutant("elu_of_x_plus_one", "the + 1 went inside: elu(x + 1) is not elu(x) + 1; add 1 after the elu.", _phi_elu_shifted_input),
-    Mutant("exp", "exp(x) was used: φ(x) = elu(x) + 1 equals exp(x) only for x ≤ 0; for x > 0 it is x + 1.", _phi_exp),
+    Mutant("relu", RELU, lambda x: F.relu(x)),
+    Mutant("elu_without_plus_one", ELU_NO_PLUS_ONE, lambda x: F.elu(x)),
+    Mutant("elu_of_x_plus_one", "the + 1 went inside: elu(x + 1) is not elu(x) + 1; add 1 after the elu.",
+           lambda x: F.elu(x + 1)),
+    Mutant("exp", "exp(x) was used: φ(x) = elu(x) + 1 equals exp(x) only for x ≤ 0; for x > 0 it is x + 1.",
+           lambda x: torch.exp(x)),
+    Mutant("relu_plus_one", RELU_PLUS_ONE, lambda x: F.relu(x) + 1),
+    Mutant("x_plus_one", NO_ELU, lambda x: x + 1),
 ]
+
+
+def _v_phi_where(x):
+    return torch.where(x > 0, x + 1, torch.exp(x.clamp(max=0)))
+
+
+def _v_phi_clamps(x):
+    return x.clamp(min=0) + torch.exp(x.clamp(max=0))  # x + 1 above 0, exp(x) below
+
+
+def _v_phi_float64(x):
+    return (F.elu(x.double()) + 1.0).to(x.dtype)
+
 
 PHI_EXERCISE = Exercise(
     name="elu_feature_map",
     reference=ref.elu_feature_map,
     make_cases=_phi_cases,
     mutants=PHI_MUTANTS,
+    variants=[Variant("where_exp", _v_phi_where), Variant("clamps", _v_phi_clamps),
+              Variant("float64_inside", _v_phi_float64)],
+    contract="""The feature map of linear attention: φ(x) = elu(x) + 1, elementwise.
+
+    x: a tensor of any shape.  Returns φ(x), same shape and dtype as x:
+    x + 1 where x > 0, exp(x) where x ≤ 0, so φ(x) > 0 everywhere.
+    """,
 )
 check_elu_feature_map = register(PHI_EXERCISE)
 
@@ -72,46 +86,72 @@ def _phi(x):
     return F.elu(x) + 1.0
 
 
+# The budget case: S = 2048 positions. Small D, D_v keep S·D·D_v (the causal prefix sums) under
+# ~32k elements, so torch stays on one thread and the check is fast on a busy machine; the S×S
+# matrix is 4M elements and the budget allows S²/8.
+MEMORY_S, MEMORY_D, MEMORY_D_V = 2048, 4, 3
+QUADRATIC = (
+    "linear attention never builds the S×S matrix φ(q)φ(k)ᵀ: use associativity, φ(q)(φ(k)ᵀv), "
+    "so the largest intermediate is D×D_v per batch (causal: prefix sums of φ(k_j)v_jᵀ, S×D×D_v)"
+)
+
+
+def _memory_case(causal: bool) -> Case:
+    g = generator(2048)
+    S, D, D_v = MEMORY_S, MEMORY_D, MEMORY_D_V
+    q, k, v = randn(1, S, D, gen=g), randn(1, S, D, gen=g), randn(1, S, D_v, gen=g)
+    # sums over 2048 positions: float32 round-off depends on the order of summation (cumsum, a
+    # Python loop, matmul), so compare loosely; the small cases check the values tightly
+    return Case(f"memory budget at S = {S}: q, k {tuple(q.shape)}, v {tuple(v.shape)} "
+                f"(no tensor above S²/8 = {S * S // 8:,} elements)", (q, k, v), tol=(1e-4, 1e-3),
+                budget=Budget(numel=S * S // 8, seconds=3.0, why=QUADRATIC))
+
+
 def _attention_cases(seed: int, causal: bool) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, lead, s_q, s_k, d, d_v, eps=None, scale=1.0):
-        q = randn(*lead, s_q, d, gen=g, scale=scale)
-        k = randn(*lead, s_k, d, gen=g, scale=scale)
-        v = randn(*lead, s_k, d_v, gen=g)
+    def add(label, lead, s_q, s_k, d, d_v, eps=None, scale=1.0, grad=False, dtype=torch.float32):
+        q = randn(*lead, s_q, d, gen=g, scale=scale, dtype=dtype)
+        k = randn(*lead, s_k, d, gen=g, scale=scale, dtype=dtype)
+        v = randn(*lead, s_k, d_v, gen=g, dtype=dtype)
         kwargs = {} if eps is None else {"eps": eps}
         extra = "" if eps is None else f", eps={eps}"
         cases.append(Case(f"{label}: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}{extra}",
-                          (q, k, v), kwargs))
+                          (q, k, v), kwargs, grad=grad))
 
     def pair(s):  # S_q = S_k for the causal version, free otherwise
         return (s, s) if causal else (s, r.randint(1, 9))
 
-    add("no batch dims", (), 5, 5, 4, 4)
+    add("batch of 2", (2,), *pair(6), 4, 4)
     add("batch and heads (B, H)", (2, 3), *pair(6), 4, 5)
-    add("a single position (S = 1)", (1,), 1, 1, 4, 3)
+    add("no batch dims", (), 5, 5, 4, 4)
     add("D ≠ D_v, odd sizes", (3,), 7, 7, 5, 3)
     if not causal:
         add("S_q ≠ S_k", (2,), 3, 8, 4, 4)
         add("a single query, many keys", (2,), 1, 9, 3, 2)
-    add("large-magnitude inputs", (2,), 6, 6, 8, 4, scale=10.0)
     # eps = 0.5 is comparable to the normaliser φ(q)·Σφ(k) here, so it shows where eps goes
     add("a large eps (eps matters)", (2,), 5, 5, 2, 3, eps=0.5)
+    add("gradients (float64) of a random loss of out", (2,), *pair(5), 4, 3, grad=True, dtype=F64)
+    add("gradients (float64), batch and heads, eps = 0.5", (2, 2), *pair(4), 3, 2, eps=0.5, grad=True, dtype=F64)
+    add("a single position (S = 1)", (1,), 1, 1, 4, 3)
+    add("large-magnitude inputs (|x| ~ 10)", (2,), 6, 6, 8, 4, scale=10.0)
     add("eps = 0", (2,), *pair(4), 3, 3, eps=0.0)
-    for i in range(6):  # random shapes
+    for i in range(4):  # random shapes
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         s = r.randint(1, 12)
         add(f"random case {i + 1}", lead, *pair(s), r.choice([1, 3, 4, 8]), r.randint(1, 6))
+    cases.append(_memory_case(causal))
     return cases
 
 
-def _linear(q, k, v, eps=1e-6, phi=_phi, normalise=True, eps_outside=False):
-    phi_q, phi_k = phi(q), phi(k)
-    num = phi_q @ (phi_k.transpose(-2, -1) @ v)
+def _linear(q, k, v, eps=1e-6, phi=_phi, normalise=True, eps_outside=False, phi_q=True, z_mean=False):
+    fq, fk = (phi(q) if phi_q else q), phi(k)
+    num = fq @ (fk.transpose(-2, -1) @ v)
     if not normalise:
         return num
-    den = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)
+    z = fk.mean(dim=-2) if z_mean else fk.sum(dim=-2)
+    den = fq @ z.unsqueeze(-1)
     return num / den + eps if eps_outside else num / (den + eps)
 
 
@@ -131,19 +171,21 @@ def _causal(q, k, v, eps=1e-6, phi=_phi, normalise=True, shift=0, causal_den=Tru
     return num / (den + eps)
 
 
-def _materialised(q, k, v, eps=1e-6, causal=False):
+def _quadratic(q, k, v, eps=1e-6, causal=False):
     scores = _phi(q) @ _phi(k).transpose(-2, -1)  # (..., S_q, S_k): the matrix linear attention avoids
     if causal:
         scores = scores.tril()
     return (scores @ v) / (scores.sum(dim=-1, keepdim=True) + eps)
 
 
+def _softmax_attention(q, k, v, eps=1e-6):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1) @ v
+
+
 MISSING_NORMALISER = "the normaliser is missing: divide φ(q)(φ(k)ᵀv) by φ(q)·Σ_j φ(k_j) + eps, so that the weights on the values sum to 1."
 NO_EPS = "eps was not added to the normaliser (or the eps argument was ignored): divide by φ(q)·Σ_j φ(k_j) + eps."
-MATERIALISED = (
-    "the S×S matrix φ(q)φ(k)ᵀ was built: use associativity, φ(q)(φ(k)ᵀv), so the largest "
-    "intermediate is D×D_v (causal: prefix sums of φ(k_j)v_jᵀ), never S×S."
-)
+PHI_ONLY_ON_KEYS = "φ was applied to k only: linear attention maps both q and k through φ = elu + 1 (φ(q) in the numerator and in the normaliser)."
+NORMALISER_MEAN = "the normaliser averaged φ(k_j) over the keys instead of summing them: divide by φ(q)·Σ_j φ(k_j) + eps (a sum, like the numerator's)."
 
 LINEAR_MUTANTS = [
     Mutant("missing_normaliser", MISSING_NORMALISER, lambda q, k, v, eps=1e-6: _linear(q, k, v, eps, normalise=False)),
@@ -154,35 +196,28 @@ LINEAR_MUTANTS = [
     Mutant("no_eps", NO_EPS, lambda q, k, v, eps=1e-6: _linear(q, k, v, 0.0)),
     Mutant("eps_outside", "eps was added after the division: it belongs in the normaliser, num / (φ(q)·Σφ(k) + eps).",
            lambda q, k, v, eps=1e-6: _linear(q, k, v, eps, eps_outside=True)),
-    Mutant("materialised_scores", MATERIALISED, _materialised),
+    Mutant("phi_only_on_keys", PHI_ONLY_ON_KEYS, lambda q, k, v, eps=1e-6: _linear(q, k, v, eps, phi_q=False)),
+    Mutant("normaliser_mean", NORMALISER_MEAN, lambda q, k, v, eps=1e-6: _linear(q, k, v, eps, z_mean=True)),
+    Mutant("softmax_attention", "this is softmax attention, softmax(q kᵀ/√D) v: linear attention replaces the softmax by the "
+           "feature map, φ(q)(φ(k)ᵀv) / (φ(q)·Σ_j φ(k_j) + eps).", _softmax_attention),
+    Mutant("quadratic_scores", QUADRATIC, _quadratic),
 ]
 
-# small D, D_v keep S·D·D_v (the causal prefix sums) under ~32k elements, so torch stays on one
-# thread and the check is fast even on a busy machine; the S×S matrix is 4M elements either way
-MEMORY_S, MEMORY_D, MEMORY_D_V = 2048, 4, 3
+
+def _v_linear_einsum(q, k, v, eps=1e-6):
+    pq, pk = F.elu(q) + 1, F.elu(k) + 1
+    kv = torch.einsum("...sd,...se->...de", pk, v)
+    den = torch.einsum("...sd,...d->...s", pq, pk.sum(-2))[..., None]
+    return torch.einsum("...sd,...de->...se", pq, kv) / (den + eps)
 
 
-def _memory_check(name, reference_fn):
-    def check(fn) -> None:
-        """At S = 2048 no tensor may hold S²/4 elements or more (linear attention: ~S·D·D_v)."""
-        S, D, D_v = MEMORY_S, MEMORY_D, MEMORY_D_V
-        g = generator(2048)
-        q, k, v = randn(1, S, D, gen=g), randn(1, S, D, gen=g), randn(1, S, D_v, gen=g)
-        limit = S * S // 4
-        out, numel, shape, op = largest_tensor(fn, q, k, v)
-        where = f"memory check (q, k {tuple(q.shape)}, v {tuple(v.shape)})"
-        if numel >= limit:
-            raise CheckFailure(
-                f"{where}: {name} built a tensor of shape {shape} ({numel:,} elements, from {op}); "
-                f"linear attention needs far fewer than S²/4 = {limit:,}. Likely mistake: {MATERIALISED}"
-            )
-        # sums over 2048 positions: float32 round-off depends on the order of summation (cumsum,
-        # a Python loop, matmul), so compare loosely; the small cases above check the values tightly
-        msg = compare(reference_fn(q, k, v), out, 1e-4, 1e-3)
-        if msg:
-            raise CheckFailure(f"{where}: {msg}")
-
-    return check
+def _v_linear_float64_ones_column(q, k, v, eps=1e-6):
+    """The normaliser as an extra column of ones appended to v, computed in float64."""
+    pq, pk = F.elu(q.double()) + 1, F.elu(k.double()) + 1
+    v1 = torch.cat([v.double(), torch.ones(*v.shape[:-1], 1, dtype=torch.float64)], dim=-1)
+    kv = pk.transpose(-2, -1) @ v1  # (..., D, D_v + 1)
+    both = pq @ kv  # (..., S_q, D_v + 1)
+    return (both[..., :-1] / (both[..., -1:] + eps)).to(q.dtype)
 
 
 LINEAR_EXERCISE = Exercise(
@@ -190,7 +225,17 @@ LINEAR_EXERCISE = Exercise(
     reference=ref.linear_attention,
     make_cases=lambda seed: _attention_cases(seed, causal=False),
     mutants=LINEAR_MUTANTS,
-    extra_checks=(_memory_check("linear_attention", ref.linear_attention.__wrapped__),),
+    variants=[Variant("einsum", _v_linear_einsum), Variant("float64_ones_column", _v_linear_float64_ones_column)],
+    contract="""Non-causal linear attention with the feature map φ(x) = elu(x) + 1:
+
+        out_i = φ(q_i) (Σ_j φ(k_j) v_jᵀ) / (φ(q_i) · Σ_j φ(k_j) + eps)
+
+    q: (..., S_q, D)   k: (..., S_k, D)   v: (..., S_k, D_v)   eps: float, added to the normaliser
+    Returns out (..., S_q, D_v).
+    Use associativity, φ(q) (φ(k)ᵀ v): never build the S_q × S_k matrix φ(q) φ(k)ᵀ. The check
+    has a memory budget: at S = 2048 no tensor may exceed S²/8 elements.
+    Later code trains through this function, so its gradients are checked too.
+    """,
 )
 check_linear_attention = register(LINEAR_EXERCISE)
 
@@ -208,14 +253,66 @@ CAUSAL_MUTANTS = [
            lambda q, k, v, eps=1e-6: _causal(q, k, v, eps, sum_dim=-2)),
     Mutant("elu_without_plus_one", ELU_NO_PLUS_ONE, lambda q, k, v, eps=1e-6: _causal(q, k, v, eps, phi=F.elu)),
     Mutant("no_eps", NO_EPS, lambda q, k, v, eps=1e-6: _causal(q, k, v, 0.0)),
-    Mutant("materialised_scores", MATERIALISED, lambda q, k, v, eps=1e-6: _materialised(q, k, v, eps, causal=True)),
+    Mutant("relu_feature_map", RELU, lambda q, k, v, eps=1e-6: _causal(q, k, v, eps, phi=F.relu)),
+    Mutant("quadratic_scores", QUADRATIC, lambda q, k, v, eps=1e-6: _quadratic(q, k, v, eps, causal=True)),
 ]
+
+
+def _v_causal_rnn(q, k, v, eps=1e-6):
+    """The RNN form: a (D, D_v) state and a (D,) normaliser, updated once per token."""
+    pq, pk = F.elu(q) + 1, F.elu(k) + 1
+    state = q.new_zeros(*q.shape[:-2], q.size(-1), v.size(-1))
+    z = q.new_zeros(*q.shape[:-2], q.size(-1))
+    outs = []
+    for i in range(q.size(-2)):
+        state = state + pk[..., i, :, None] * v[..., i, None, :]
+        z = z + pk[..., i, :]
+        num = (pq[..., i, None, :] @ state).squeeze(-2)
+        outs.append(num / ((pq[..., i, :] * z).sum(-1, keepdim=True) + eps))
+    return torch.stack(outs, dim=-2)
+
+
+def _v_causal_einsum_float64(q, k, v, eps=1e-6):
+    pq, pk = F.elu(q.double()) + 1, F.elu(k.double()) + 1
+    kv = torch.einsum("...sd,...se->...sde", pk, v.double()).cumsum(-3)
+    num = torch.einsum("...sd,...sde->...se", pq, kv)
+    den = torch.einsum("...sd,...sd->...s", pq, pk.cumsum(-2)).unsqueeze(-1)
+    return (num / (den + eps)).to(q.dtype)
+
+
+def _v_causal_chunked(q, k, v, eps=1e-6, chunk=16):
+    """Chunks of 16 positions: a small masked matrix inside a chunk, a running state across chunks."""
+    pq, pk = F.elu(q) + 1, F.elu(k) + 1
+    state = q.new_zeros(*q.shape[:-2], q.size(-1), v.size(-1))
+    z = q.new_zeros(*q.shape[:-2], q.size(-1))
+    outs = []
+    for s in range(0, q.size(-2), chunk):
+        cq, ck, cv = pq[..., s:s + chunk, :], pk[..., s:s + chunk, :], v[..., s:s + chunk, :]
+        a = (cq @ ck.transpose(-2, -1)).tril()  # (..., c, c)
+        num = cq @ state + a @ cv
+        den = cq @ z.unsqueeze(-1) + a.sum(-1, keepdim=True)
+        outs.append(num / (den + eps))
+        state = state + ck.transpose(-2, -1) @ cv
+        z = z + ck.sum(-2)
+    return torch.cat(outs, dim=-2)
+
 
 CAUSAL_EXERCISE = Exercise(
     name="causal_linear_attention",
     reference=ref.causal_linear_attention,
     make_cases=lambda seed: _attention_cases(seed, causal=True),
     mutants=CAUSAL_MUTANTS,
-    extra_checks=(_memory_check("causal_linear_attention", ref.causal_linear_attention.__wrapped__),),
+    variants=[Variant("rnn_loop", _v_causal_rnn), Variant("einsum_float64", _v_causal_einsum_float64),
+              Variant("chunked", _v_causal_chunked)],
+    contract="""Causal linear attention with φ(x) = elu(x) + 1: position i uses only the keys j ≤ i.
+
+        out_i = φ(q_i) S_i / (φ(q_i) · z_i + eps),  S_i = Σ_{j≤i} φ(k_j) v_jᵀ,  z_i = Σ_{j≤i} φ(k_j)
+
+    q: (..., S, D)   k: (..., S, D)   v: (..., S, D_v)   eps: float, added to the normaliser
+    Returns out (..., S, D_v).
+    Use prefix sums (or one RNN step per token): never build the S × S matrix φ(q) φ(k)ᵀ. The
+    check has a memory budget: at S = 2048 no tensor may exceed S²/8 elements.
+    Later code trains through this function, so its gradients are checked too.
+    """,
 )
 check_causal_linear_attention = register(CAUSAL_EXERCISE)
