@@ -125,7 +125,7 @@ def test_flash_is_stable_on_large_scores():
     torch.testing.assert_close(lse.double(), exp_lse, atol=1e-3, rtol=1e-5)
 
 
-def _alt_flash(q, k, v, block_size=64, causal=False):
+def _alt_flash(q, k, v, block_size=64, causal=False, *, rescale_acc=True):
     """Written differently: preallocated outputs, in-place updates, a where-mask, exp2."""
     s_q, s_k, d = q.size(-2), k.size(-2), q.size(-1)
     out = q.new_zeros(*q.shape[:-1], v.size(-1))
@@ -152,7 +152,7 @@ def _alt_flash(q, k, v, block_size=64, causal=False):
             p = torch.exp2(s - shift[..., None])
             corr = torch.exp2(m - shift)
             l.mul_(corr).add_(p.sum(-1))
-            acc.mul_(corr[..., None]).add_(p @ v[..., j:j + block_size, :])
+            (acc.mul_(corr[..., None]) if rescale_acc else acc).add_(p @ v[..., j:j + block_size, :])
             m = m_new
         ok = l > 0
         out[..., i:i + n, :] = torch.where(ok[..., None], acc / l.clamp_min(1e-30)[..., None], 0.0)
@@ -160,7 +160,8 @@ def _alt_flash(q, k, v, block_size=64, causal=False):
     return out, lse
 
 
-def _alt_online_softmax(x, block_size):
+def _textbook_online_softmax(x, block_size):
+    """The textbook loop without a guard: exp(-inf - (-inf)) = NaN on a leading all -inf block."""
     m = torch.full(x.shape[:-1], float("-inf"))
     l = torch.zeros(x.shape[:-1])
     for blk in x.split(block_size, dim=-1):
@@ -170,10 +171,38 @@ def _alt_online_softmax(x, block_size):
     return torch.exp(x - m.unsqueeze(-1)) / l.unsqueeze(-1)
 
 
+def _alt_online_softmax(x, block_size):
+    """The same loop with a safe max (0 while nothing finite was seen) and zeros for all -inf rows."""
+    m = torch.full(x.shape[:-1], float("-inf"))
+    l = torch.zeros(x.shape[:-1])
+    for blk in x.split(block_size, dim=-1):
+        m_new = torch.maximum(m, blk.max(-1).values)
+        safe = torch.where(m_new == float("-inf"), 0.0, m_new)
+        l = l * torch.exp(m - safe) + torch.exp(blk - safe.unsqueeze(-1)).sum(-1)
+        m = m_new
+    safe = torch.where(m == float("-inf"), 0.0, m)
+    return torch.exp(x - safe.unsqueeze(-1)) / torch.where(l > 0, l, 1.0).unsqueeze(-1)
+
+
 def test_independent_implementations_pass_chapter_13_checks(capsys):
     check_online_softmax(_alt_online_softmax)
     check_flash_attention(_alt_flash)
     assert capsys.readouterr().out.count("✅") == 2
+
+
+def test_online_softmax_nan_on_a_leading_minus_inf_block_is_rejected_and_named():
+    with pytest.raises(CheckFailure, match="first block is all -inf gave NaN"):
+        check_online_softmax(_textbook_online_softmax)
+
+
+def test_flash_attention_check_names_a_missing_accumulator_rescale():
+    """An independent tiled attention that rescales l but not acc: "no rescale" is named."""
+    def no_acc_rescale(q, k, v, block_size=64, causal=False):
+        return _alt_flash(q, k, v, block_size, causal, rescale_acc=False)
+
+    with pytest.raises(CheckFailure) as info:
+        check_flash_attention(no_acc_rescale)
+    assert "no rescale in the tiled attention" in str(info.value)
 
 
 # ================================================================ 14: tiny GPT

@@ -1,11 +1,12 @@
 """Checks for chapter 13 — flash attention: online softmax and tiled attention."""
 import math
+from dataclasses import replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import reference as ref
-from ._core import Case, CheckFailure, Exercise, Mutant, generator, largest_tensor, randn, rng
+from ._core import Budget, Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._forbid import LOGSUMEXP, MHA, SDPA, SOFTMAX
 from ._registry import register
 
@@ -23,21 +24,35 @@ def _online_softmax_cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, shape, block_size, scale=1.0):
-        x = randn(*shape, gen=g, scale=scale)
+    def add(label, shape, block_size, scale=1.0, x=None):
+        x = randn(*shape, gen=g, scale=scale) if x is None else x
         cases.append(Case(f"{label}: x {tuple(x.shape)}, block_size={block_size}", (x, block_size)))
 
     add("one row, N not divisible by block_size", (10,), 3)
     add("N divisible by block_size", (2, 8), 4)
     add("batch and heads, a short last block", (2, 3, 13), 5)
+    # the max grows in every block: the running sum must be rescaled each time
+    add("a rising row (the max grows in every block)", None, 3,
+        x=torch.linspace(-4.0, 6.0, 12).repeat(2, 1) + 0.1 * randn(2, 12, gen=g))
     add("block_size = 1", (3, 7), 1)
     add("block_size > N (one block)", (2, 6), 8)
     add("block_size = N", (2, 5), 5)
+    x = randn(3, 10, gen=g)
+    x[0, :4] = NEG_INF  # the whole first block of row 0
+    x[1, :8] = NEG_INF  # the first two blocks of row 1
+    x[2, 5] = NEG_INF  # one -inf entry
+    add("leading blocks that are all -inf", None, 4, x=x)
+    x = randn(3, 7, gen=g)
+    x[1] = NEG_INF
+    add("a row that is all -inf (gives zeros)", None, 3, x=x)
+    add("large-magnitude inputs (|x| ~ 100)", (4, 12), 4, scale=100.0)
+    add("|x| ~ 1000, the max in the last block", None, 2,
+        x=torch.tensor([[1000.0, 0.0, -1000.0, 999.0, 1001.0], [-1000.0, -999.0, -998.0, 0.0, 1000.0]]))
+    add("large-magnitude inputs, a short last block", (2, 3, 11), 3, scale=60.0)
     add("N = 1", (4, 1), 1)
     add("N = 1, block_size > N", (2, 1), 4)
-    add("large-magnitude inputs (|x| ~ 100)", (4, 12), 4, scale=100.0)
-    add("large-magnitude inputs, a short last block", (2, 3, 11), 3, scale=60.0)
-    for i in range(6):  # random shapes, odd sizes included
+    add("float64 input", None, 3, x=randn(2, 8, gen=g, dtype=torch.float64))
+    for i in range(4):  # random shapes, odd sizes included
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         n = r.randint(2, 17)
         bs = r.choice([1, 2, 3, 4, 5, 7, 16])
@@ -46,35 +61,37 @@ def _online_softmax_cases(seed: int) -> list:
 
 
 def _online_variant(x, block_size, *, rescale=True, running_max=True, floor_blocks=False,
-                    subtract_max=True, inverted=False):
+                    subtract_max=True, inverted=False, safe=True, zero_rows=False):
     n = x.size(-1)
+    sf = _safe if safe else (lambda t: t)
     n_blocks = n // block_size if floor_blocks else math.ceil(n / block_size)
-    m = torch.full(x.shape[:-1], NEG_INF)
-    l = torch.zeros(x.shape[:-1])
+    m = torch.full(x.shape[:-1], NEG_INF, dtype=x.dtype)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
     for b in range(n_blocks):
         block = x[..., b * block_size:(b + 1) * block_size]
         if not subtract_max:
             l = l + torch.exp(block).sum(-1)
             continue
         m_new = torch.maximum(m, block.amax(-1)) if running_max else block.amax(-1)
-        factor = torch.exp(_safe(m_new) - m) if inverted else torch.exp(m - _safe(m_new))
-        l = (l * factor if rescale else l) + torch.exp(block - m_new[..., None]).sum(-1)
+        factor = torch.exp(sf(m_new) - m) if inverted else torch.exp(m - sf(m_new))
+        l = (l * factor if rescale else l) + torch.exp(block - sf(m_new)[..., None]).sum(-1)
         m = m_new
     if not subtract_max:
         return torch.exp(x) / l[..., None]
-    return torch.exp(x - m[..., None]) / l[..., None]
+    out = torch.exp(x - sf(m)[..., None]) / l[..., None]
+    return torch.where(l[..., None] > 0, out, torch.zeros_like(out)) if zero_rows else out
 
 
 def _os_no_rescale(x, block_size):
-    return _online_variant(x, block_size, rescale=False)
+    return _online_variant(x, block_size, rescale=False, zero_rows=True)
 
 
 def _os_last_block_max(x, block_size):
-    return _online_variant(x, block_size, running_max=False)
+    return _online_variant(x, block_size, running_max=False, zero_rows=True)
 
 
 def _os_drops_tail(x, block_size):
-    return _online_variant(x, block_size, floor_blocks=True)
+    return _online_variant(x, block_size, floor_blocks=True, zero_rows=True)
 
 
 def _os_no_max(x, block_size):
@@ -82,17 +99,34 @@ def _os_no_max(x, block_size):
 
 
 def _os_inverted_rescale(x, block_size):
-    return _online_variant(x, block_size, inverted=True)
+    return _online_variant(x, block_size, inverted=True, zero_rows=True)
+
+
+def _os_nan_leading_block(x, block_size):
+    """exp(m_old − m_new) with both -inf is exp(nan): the textbook loop without a guard."""
+    return _online_variant(x, block_size, safe=False)
+
+
+def _os_nan_empty_row(x, block_size):
+    """Right everywhere except a row of all -inf: 0 / 0."""
+    return _online_variant(x, block_size)
 
 
 def _os_softmax_per_block(x, block_size):
     outs = []
     for start in range(0, x.size(-1), block_size):
         block = x[..., start:start + block_size]
-        e = torch.exp(block - block.amax(-1, keepdim=True))
-        outs.append(e / e.sum(-1, keepdim=True))
+        e = torch.exp(block - _safe(block.amax(-1, keepdim=True)))
+        s = e.sum(-1, keepdim=True)
+        outs.append(torch.where(s > 0, e / s, torch.zeros_like(e)))
     return torch.cat(outs, dim=-1)
 
+
+NAN_LEADING = ("a row whose first block is all -inf gave NaN: while the running max is still -inf, "
+               "exp(m_old - m_new) and exp(x - m_new) are exp(-inf + inf) = NaN; subtract a safe max "
+               "(torch.where(m_new == -inf, 0, m_new)) so those terms are exp(-inf) = 0.")
+NAN_EMPTY_ROW = ("a row that is all -inf gave NaN (0 / 0): the exercise defines it as all zeros; "
+                 "return zeros where the running sum l is 0 (torch.where).")
 
 ONLINE_SOFTMAX_MUTANTS = [
     Mutant("no_rescale_of_running_sum",
@@ -113,7 +147,43 @@ ONLINE_SOFTMAX_MUTANTS = [
     Mutant("softmax_per_block",
            "each block was normalised on its own: the softmax must be over the whole row, so combine the blocks' maxima and sums before dividing.",
            _os_softmax_per_block),
+    Mutant("nan_on_leading_minus_inf_block", NAN_LEADING, _os_nan_leading_block),
+    Mutant("nan_on_all_minus_inf_row", NAN_EMPTY_ROW, _os_nan_empty_row),
 ]
+
+
+def _v_os_split_where(x, block_size):
+    m = torch.full(x.shape[:-1], NEG_INF, dtype=x.dtype)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for blk in x.split(block_size, dim=-1):
+        m_new = torch.maximum(m, blk.max(-1).values)
+        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        l = l * torch.exp(m - shift) + torch.exp(blk - shift.unsqueeze(-1)).sum(-1)
+        m = m_new
+    shift = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    return torch.exp(x - shift.unsqueeze(-1)) / torch.where(l > 0, l, 1.0).unsqueeze(-1)  # empty row: 0 / 1
+
+
+def _v_os_float64_exp2_loops(x, block_size):
+    """float64 inside, base-2 exponentials, a Python loop over the blocks by index."""
+    x2 = x.double() / math.log(2.0)
+    n = x.size(-1)
+    m = torch.full(x.shape[:-1], NEG_INF, dtype=torch.float64)
+    l = torch.zeros(x.shape[:-1], dtype=torch.float64)
+    start = 0
+    while start < n:
+        blk = x2[..., start:start + block_size]
+        m_new = torch.maximum(m, blk.amax(-1))
+        ok = torch.isfinite(m_new)
+        corr = torch.where(ok, torch.exp2(m - torch.where(ok, m_new, 0.0)), 0.0)
+        p = torch.where(ok[..., None], torch.exp2(blk - torch.where(ok, m_new, 0.0)[..., None]), 0.0)
+        l = l * corr + p.sum(-1)
+        m = m_new
+        start += block_size
+    ok = l > 0
+    out = torch.exp2(x2 - torch.where(ok, m, 0.0)[..., None]) / torch.where(ok, l, 1.0)[..., None]
+    return torch.where(ok[..., None], out, 0.0).to(x.dtype)
+
 
 ONLINE_SOFTMAX_EXERCISE = Exercise(
     name="online_softmax",
@@ -121,16 +191,78 @@ ONLINE_SOFTMAX_EXERCISE = Exercise(
     make_cases=_online_softmax_cases,
     forbidden=(SOFTMAX, LOGSUMEXP),
     mutants=ONLINE_SOFTMAX_MUTANTS,
+    variants=[Variant("split_and_where", _v_os_split_where),
+              Variant("float64_exp2_loops", _v_os_float64_exp2_loops)],
+    contract="""Softmax over the last dim, reading the columns one block of block_size at a time.
+
+    x: (..., N)   block_size: int ≥ 1 (the last block may be shorter)
+    Returns (..., N), each row summing to 1.
+    Pass 1 keeps a running max m and a running sum l = Σ exp(x_j − m) over the columns seen so
+    far; when a block raises the max from m_old to m_new, l is rescaled by exp(m_old − m_new).
+    Pass 2 writes exp(x − m) / l.
+    -inf entries are allowed, also in whole leading blocks; a row of all -inf gives zeros.
+    From scratch: torch.softmax and torch.logsumexp are not allowed.
+    """,
 )
 check_online_softmax = register(ONLINE_SOFTMAX_EXERCISE)
 
 
 # ---------------------------------------------------------------- flash_attention
+MEM_S, MEM_D, MEM_BLOCK = 2048, 8, 512
+WORK_S, WORK_D, WORK_BLOCK = 256, 8, 64
+FULL_SCORES = ("flash attention never builds the full S_q × S_k score matrix: it computes the scores one "
+               "(query block, key block) tile at a time and holds at most a tile")
+NO_SKIP = ("with causal=True the key blocks that lie entirely above the causal diagonal were still "
+           "computed: stop the key loop at the last key the block's last query may see (i + S_k - S_q).")
+
+
+class _Work(TorchDispatchMode):
+    """Counts the elements produced by matmuls and exps: proportional to the tiles visited."""
+
+    OPS = ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.exp", "aten.exp_", "aten.exp2",
+           "aten.exp2_")
+
+    def __init__(self):
+        super().__init__()
+        self.work = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if str(func.overloadpacket) in self.OPS:
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    self.work += t.numel()
+        return out
+
+
+def _count_work(fn, case: Case):
+    """Run the learner's function with causal=False, then causal=True; return the work of each."""
+    q, k, v = case.args
+    counts = []
+    for causal in (False, True):
+        mode = _Work()
+        with mode:
+            fn(q, k, v, block_size=WORK_BLOCK, causal=causal)
+        counts.append(mode.work)
+    return counts
+
+
+def _judge_skipping(got) -> str | None:
+    where = f"block skipping (q, k, v ({WORK_S}, {WORK_D}), block_size={WORK_BLOCK})"
+    full, causal = got
+    if full <= 0:  # no matmul or exp seen: the work cannot be measured, so it is not judged
+        return None
+    if causal > 0.8 * full:  # skipping: 10 of 16 tiles, about 62% of the work
+        return (f"{where}: causal=True did {causal / full:.0%} of the matmul/exp work of causal=False, "
+                f"expected about 62% (at most 80%). Likely mistake: {NO_SKIP}")
+    return None
+
+
 def _flash_cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, lead, s_q, s_k, d, d_v, block_size=None, causal=False, scale=1.0):
+    def add(label, lead, s_q, s_k, d, d_v, block_size=None, causal=False, scale=1.0, **extra):
         q = randn(*lead, s_q, d, gen=g, scale=scale)
         k = randn(*lead, s_k, d, gen=g, scale=scale)
         v = randn(*lead, s_k, d_v, gen=g)
@@ -139,35 +271,46 @@ def _flash_cases(seed: int) -> list:
             kwargs["causal"] = True
         opts = f"block_size={block_size if block_size is not None else '64 (default)'}, causal={causal}"
         cases.append(Case(f"{label}: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, {opts}",
-                          (q, k, v), kwargs))
+                          (q, k, v), kwargs, **extra))
 
     add("no batch dims, S divisible by block_size", (), 8, 8, 4, 4, 4)
     add("S not divisible by block_size", (2,), 10, 10, 8, 8, 4)
     add("S_q ≠ S_k, D ≠ D_v, batch and heads", (2, 3), 5, 11, 6, 5, 3)
     add("causal, S_q = S_k, several blocks", (2,), 9, 9, 4, 4, 4, causal=True)
     add("causal, S_q < S_k (bottom-right)", (2,), 4, 10, 4, 3, 3, causal=True)
-    add("causal, S_q > S_k: fully masked query rows", (2, 2), 9, 5, 4, 4, 2, causal=True)
+    add("default block_size, causal, S_q ≠ S_k", (1,), 70, 100, 4, 4, causal=True)
     add("block_size = 1, causal", (1,), 6, 6, 4, 4, 1, causal=True)
     add("block_size = 1, S_q ≠ S_k", (2,), 3, 5, 4, 2, 1)
     add("block_size ≥ S (one tile)", (2,), 7, 7, 4, 4, 16, causal=True)
-    add("S = 1", (3,), 1, 1, 4, 4, 2)
-    add("large-magnitude inputs", (2,), 10, 10, 8, 4, 3, scale=8.0)
+    add("large-magnitude inputs (|scores| ~ 100)", (2,), 10, 10, 8, 4, 3, scale=8.0)
     add("large-magnitude inputs, causal", (2,), 10, 13, 8, 4, 4, causal=True, scale=8.0)
-    add("default block_size, causal, S_q ≠ S_k", (1,), 70, 100, 4, 4, causal=True)
-    for i in range(5):  # random shapes, odd sizes included
+    add("causal, S_q > S_k: queries that see no key (zero output, lse = -inf)", (2, 2), 9, 5, 4, 4, 2, causal=True)
+    add("S = 1", (3,), 1, 1, 4, 4, 2)
+    for i in range(4):  # random shapes, odd sizes included
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         s_q, s_k = r.randint(1, 13), r.randint(1, 13)
         add(f"random case {i + 1}", lead, s_q, s_k, r.choice([2, 4, 5, 8]), r.randint(1, 6),
             r.choice([1, 2, 3, 4, 5, 8]), causal=bool(i % 2))
+    gm = generator(2048)
+    q, k, v = (randn(MEM_S, MEM_D, gen=gm) for _ in range(3))
+    cases.append(Case(f"memory budget: q, k, v ({MEM_S}, {MEM_D}), block_size={MEM_BLOCK}, causal=False "
+                      f"(no tensor above S²/8 = {MEM_S * MEM_S // 8:,} elements)", (q, k, v),
+                      {"block_size": MEM_BLOCK}, tol=(1e-5, 1e-3),
+                      budget=Budget(numel=MEM_S * MEM_S // 8, seconds=3.0, why=FULL_SCORES)))
+    gw = generator(512)
+    q, k, v = (randn(WORK_S, WORK_D, gen=gw) for _ in range(3))
+    cases.append(Case(f"block skipping: q, k, v ({WORK_S}, {WORK_D}), block_size={WORK_BLOCK}, the work of "
+                      "causal=True against causal=False", (q, k, v), run=_count_work, judge=_judge_skipping))
     return cases
 
 
-def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, divide_by_l=True,
+def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, rescale_l=True, divide_by_l=True,
                    lse_adds_max=True, top_left=False, floor_key_blocks=False, skip_off_by_one=False,
-                   mask_inside=True, skip_blocks=True):
+                   mask_inside=True, skip_blocks=True, scale=None, safe=True):
     """A tiled attention with one switch per known mistake (all off = correct)."""
     s_q, s_k = q.size(-2), k.size(-2)
-    scale = 1.0 / math.sqrt(q.size(-1))
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    sf = _safe if safe else (lambda t: t)
     offset = 0 if top_left else s_k - s_q
     n_key_blocks = s_k // block_size if floor_key_blocks else math.ceil(s_k / block_size)
     outs, lses = [], []
@@ -190,11 +333,15 @@ def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, di
                 cols = torch.arange(k_start, k_start + k_blk.size(-2))
                 s = s.masked_fill(cols[None, :] > rows[:, None] + offset, NEG_INF)
             m_new = torch.maximum(m, s.amax(-1))
-            alpha = torch.exp(m - _safe(m_new))
-            p = torch.exp(s - _safe(m_new)[..., None])
-            l = alpha * l + p.sum(-1)
+            alpha = torch.exp(m - sf(m_new))
+            p = torch.exp(s - sf(m_new)[..., None])
+            l = (alpha * l if rescale_l else l) + p.sum(-1)
             acc = (alpha[..., None] * acc if rescale_acc else acc) + p @ v_blk
             m = m_new
+        if not safe:  # the textbook ending, no guard for queries that see no key
+            outs.append(acc / l[..., None])
+            lses.append(m + torch.log(l))
+            continue
         seen = l > 0
         out = acc / torch.where(seen, l, 1.0)[..., None] if divide_by_l else acc
         outs.append(torch.where(seen[..., None], out, torch.zeros_like(out)))
@@ -203,36 +350,11 @@ def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, di
     return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
 
 
-def _fa_no_acc_rescale(q, k, v, block_size=64, causal=False):
-    return _flash_variant(q, k, v, block_size, causal, rescale_acc=False)
+def _switch(**flags):
+    def impl(q, k, v, block_size=64, causal=False):
+        return _flash_variant(q, k, v, block_size, causal, **flags)
 
-
-def _fa_no_division(q, k, v, block_size=64, causal=False):
-    return _flash_variant(q, k, v, block_size, causal, divide_by_l=False)
-
-
-def _fa_lse_without_max(q, k, v, block_size=64, causal=False):
-    return _flash_variant(q, k, v, block_size, causal, lse_adds_max=False)
-
-
-def _fa_top_left(q, k, v, block_size=64, causal=False):
-    return _flash_variant(q, k, v, block_size, causal, top_left=True)
-
-
-def _fa_drops_tail_keys(q, k, v, block_size=64, causal=False):
-    return _flash_variant(q, k, v, block_size, causal, floor_key_blocks=True)
-
-
-def _fa_skip_off_by_one(q, k, v, block_size=64, causal=False):
-    return _flash_variant(q, k, v, block_size, causal, skip_off_by_one=True)
-
-
-def _fa_no_mask_inside(q, k, v, block_size=64, causal=False):
-    return _flash_variant(q, k, v, block_size, causal, mask_inside=False)
-
-
-def _fa_no_skip(q, k, v, block_size=64, causal=False):
-    return _flash_variant(q, k, v, block_size, causal, skip_blocks=False)
+    return impl
 
 
 def _fa_full_scores(q, k, v, block_size=64, causal=False):
@@ -250,93 +372,125 @@ def _fa_full_scores(q, k, v, block_size=64, causal=False):
     return out, lse
 
 
-NO_ACC_RESCALE = ("the output accumulator was not rescaled when the running max grew: multiply acc "
-                  "by exp(m_old - m_new) (like l) before adding the new block's p @ v.")
-FULL_SCORES = ("the full S_q × S_k score matrix was built: flash attention computes the scores one "
-               "(query block, key block) tile at a time and never holds more than a tile.")
-NO_SKIP = ("with causal=True the key blocks that lie entirely above the causal diagonal were still "
-           "computed: stop the key loop at the last key the block's last query may see (i + S_k - S_q).")
+def _fa_scale_by_d(q, k, v, block_size=64, causal=False):
+    return _flash_variant(q, k, v, block_size, causal, scale=1.0 / q.size(-1))
+
+
+NO_ACC_RESCALE = ("no rescale in the tiled attention: the output accumulator acc was not rescaled when the "
+                  "running max grew; multiply acc by exp(m_old - m_new) (like l) before adding the new "
+                  "block's p @ v.")
+NO_L_RESCALE = ("the running sum l was not rescaled when the running max grew: multiply l by "
+                "exp(m_old - m_new) (like acc) before adding the new block's row sums.")
+NAN_NO_KEY = ("a query that sees no key (causal with S_q > S_k) gave NaN: while its running max is -inf, "
+              "exp(m_old - m_new) is exp(-inf + inf) = NaN and acc / l is 0 / 0; subtract a safe max and "
+              "give such a query a zero output and lse = -inf.")
 
 FLASH_MUTANTS = [
-    Mutant("no_accumulator_rescale", NO_ACC_RESCALE, _fa_no_acc_rescale),
+    Mutant("no_accumulator_rescale", NO_ACC_RESCALE, _switch(rescale_acc=False)),
+    Mutant("no_running_sum_rescale", NO_L_RESCALE, _switch(rescale_l=False)),
+    Mutant("no_rescale_at_all", NO_ACC_RESCALE, _switch(rescale_acc=False, rescale_l=False)),
     Mutant("no_final_division",
            "the output was not divided by the running sum l at the end: out = acc / l.",
-           _fa_no_division),
+           _switch(divide_by_l=False)),
     Mutant("lse_without_max",
            "lse was returned as log(l) without adding the running max back: lse = m + log(l).",
-           _fa_lse_without_max),
+           _switch(lse_adds_max=False)),
     Mutant("top_left_causal",
            "the causal mask is top-left aligned (key j <= query i); with S_q ≠ S_k it must be bottom-right aligned: j <= i + S_k - S_q.",
-           _fa_top_left),
+           _switch(top_left=True)),
     Mutant("drops_tail_key_block",
            "the last, shorter key block was skipped (S_k // block_size blocks): loop over ceil(S_k / block_size) key blocks.",
-           _fa_drops_tail_keys),
+           _switch(floor_key_blocks=True)),
     Mutant("causal_skip_off_by_one",
            "the causal block skipping is off by one: a key block starting exactly at the last visible key (i + S_k - S_q for the block's last query i) was skipped; skip only blocks that start after it.",
-           _fa_skip_off_by_one),
+           _switch(skip_off_by_one=True)),
     Mutant("no_mask_inside_diagonal_block",
            "fully masked key blocks were skipped but the blocks on the diagonal were not masked: inside a block, set the scores of keys j > i + S_k - S_q to -inf.",
-           _fa_no_mask_inside),
-    Mutant("causal_without_block_skipping", NO_SKIP, _fa_no_skip),
-    Mutant("full_score_matrix", FULL_SCORES, _fa_full_scores),
+           _switch(mask_inside=False)),
+    Mutant("nan_for_queries_that_see_no_key", NAN_NO_KEY, _switch(safe=False)),
+    Mutant("no_scaling", "the scores were not divided by sqrt(D): s = q_blk @ k_blkᵀ / sqrt(D).", _switch(scale=1.0)),
+    Mutant("scale_by_d", "the scores were divided by D instead of sqrt(D).", _fa_scale_by_d),
+    Mutant("causal_without_block_skipping", NO_SKIP, _switch(skip_blocks=False)),
+    Mutant("quadratic_full_scores", FULL_SCORES, _fa_full_scores),
 ]
 
 
-MEM_S, MEM_D, MEM_BLOCK = 2048, 8, 64
+def _flash_rescale(case: Case, c: float) -> Case:
+    q, *rest = case.args
+    return replace(case, args=(q * c, *rest))
 
 
-def _check_memory(fn) -> None:
-    """At S = 2048 no tensor may have S²/4 elements or more (a 64 × 64 tile has S²/1024)."""
-    g = generator(2048)
-    q, k, v = (randn(MEM_S, MEM_D, gen=g) for _ in range(3))
-    label = f"memory check (q, k, v ({MEM_S}, {MEM_D}), block_size={MEM_BLOCK})"
-    result, numel, shape, op = largest_tensor(fn, q, k, v, block_size=MEM_BLOCK)
-    limit = MEM_S * MEM_S // 4
-    if numel >= limit:
-        raise CheckFailure(
-            f"{label}: your code created a tensor of shape {shape} ({numel:,} elements, by {op}); "
-            f"the limit is {limit:,} (S²/4). Likely mistake: {FULL_SCORES}"
-        )
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise CheckFailure(f"{label}: flash_attention should return (out, lse).")
+def _flash_scale_names(case: Case) -> dict:
+    q, k, v = case.args[:3]
+    d = q.size(-1)
+    return {"1/sqrt(D)": 1 / math.sqrt(d), "1 (no scaling)": 1.0, "1/D": 1 / d, "sqrt(D)": math.sqrt(d),
+            "1/sqrt(D_v) (the size of v)": 1 / math.sqrt(v.size(-1)),
+            "1/sqrt(block_size)": 1 / math.sqrt(case.kwargs.get("block_size", 64))}
 
 
-class _Work(TorchDispatchMode):
-    """Counts the elements produced by matmuls and exps: proportional to the tiles visited."""
+def _v_flash_exp2_inplace(q, k, v, block_size=64, causal=False):
+    """Written differently: preallocated outputs, in-place updates, a where-mask, exp2."""
+    s_q, s_k, d = q.size(-2), k.size(-2), q.size(-1)
+    out = q.new_zeros(*q.shape[:-1], v.size(-1))
+    lse = q.new_full(q.shape[:-1], NEG_INF)
+    log2e = 1.0 / math.log(2.0)
+    for i in range(0, s_q, block_size):
+        qi = q[..., i:i + block_size, :] * (log2e / math.sqrt(d))  # base-2 scores
+        n = qi.size(-2)
+        m = qi.new_full(qi.shape[:-1], NEG_INF)
+        l = qi.new_zeros(qi.shape[:-1])
+        acc = qi.new_zeros(*qi.shape[:-1], v.size(-1))
+        last = i + n - 1 + s_k - s_q
+        for j in range(0, s_k, block_size):
+            if causal and j > last:
+                break
+            s = qi @ k[..., j:j + block_size, :].mT
+            if causal:
+                qpos = torch.arange(i, i + n)[:, None] + s_k - s_q
+                kpos = torch.arange(j, j + s.size(-1))[None, :]
+                s = torch.where(kpos <= qpos, s, NEG_INF)
+            m_new = torch.maximum(m, s.amax(-1))
+            shift = torch.where(torch.isfinite(m_new), m_new, 0.0)
+            p = torch.exp2(s - shift[..., None])
+            corr = torch.exp2(m - shift)
+            l.mul_(corr).add_(p.sum(-1))
+            acc.mul_(corr[..., None]).add_(p @ v[..., j:j + block_size, :])
+            m = m_new
+        ok = l > 0
+        out[..., i:i + n, :] = torch.where(ok[..., None], acc / l.clamp_min(1e-30)[..., None], 0.0)
+        lse[..., i:i + n] = torch.where(ok, (m + torch.log2(l.clamp_min(1e-30))) * math.log(2.0), NEG_INF)
+    return out, lse
 
-    OPS = ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.exp", "aten.exp_", "aten.exp2")
 
-    def __init__(self):
-        super().__init__()
-        self.work = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if str(func.overloadpacket) in self.OPS:
-            for t in out if isinstance(out, (tuple, list)) else (out,):
-                if isinstance(t, torch.Tensor):
-                    self.work += t.numel()
-        return out
-
-
-def _check_causal_skips_blocks(fn) -> None:
-    """With causal=True, about half the tiles are fully masked: their work must be skipped."""
-    s, d, bs = 512, 8, 64
-    g = generator(512)
-    q, k, v = (randn(s, d, gen=g) for _ in range(3))
-    counts = []
-    for causal in (False, True):
-        mode = _Work()
-        with mode:
-            fn(q, k, v, block_size=bs, causal=causal)
-        counts.append(mode.work)
-    full, causal_work = counts
-    if full > 0 and causal_work > 0.8 * full:  # skipping: 36 of 64 tiles, about 0.56
-        raise CheckFailure(
-            f"block-skipping check (q, k, v ({s}, {d}), block_size={bs}): causal=True did "
-            f"{causal_work / full:.0%} of the matmul/exp work of causal=False, expected about 56%. "
-            f"Likely mistake: {NO_SKIP}"
-        )
+def _v_flash_float64_einsum(q, k, v, block_size=64, causal=False):
+    """float64 inside, einsum tiles, the causal horizon computed per query block, lists of outputs."""
+    dtype = q.dtype
+    q, k, v = q.double(), k.double(), v.double()
+    s_q, s_k = q.size(-2), k.size(-2)
+    outs, lses = [], []
+    for i in range(0, s_q, block_size):
+        qi = q[..., i:i + block_size, :] / q.size(-1) ** 0.5
+        n = qi.size(-2)
+        horizon = min(s_k, i + n + s_k - s_q) if causal else s_k  # keys past it are masked for every row
+        m = torch.full(qi.shape[:-1], NEG_INF, dtype=torch.float64)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(*qi.shape[:-1], v.size(-1), dtype=torch.float64)
+        for j in range(0, max(horizon, 0), block_size):
+            s = torch.einsum("...qd,...kd->...qk", qi, k[..., j:j + block_size, :])
+            if causal:
+                allowed = torch.arange(j, j + s.size(-1))[None, :] <= torch.arange(i, i + n)[:, None] + s_k - s_q
+                s = s.masked_fill(~allowed, NEG_INF)
+            m_new = torch.maximum(m, s.amax(-1))
+            ref_m = torch.nan_to_num(m_new, neginf=0.0)
+            p = torch.exp(s - ref_m[..., None])
+            a = torch.exp(m - ref_m)
+            l = a * l + p.sum(-1)
+            acc = a[..., None] * acc + torch.einsum("...qk,...kd->...qd", p, v[..., j:j + block_size, :])
+            m = m_new
+        empty = l == 0
+        outs.append(torch.where(empty[..., None], 0.0, acc / torch.where(empty, 1.0, l)[..., None]))
+        lses.append(torch.where(empty, NEG_INF, m + torch.log(torch.where(empty, 1.0, l))))
+    return torch.cat(outs, -2).to(dtype), torch.cat(lses, -1).to(dtype)
 
 
 FLASH_EXERCISE = Exercise(
@@ -345,7 +499,25 @@ FLASH_EXERCISE = Exercise(
     make_cases=_flash_cases,
     forbidden=(SOFTMAX, SDPA, MHA),
     mutants=FLASH_MUTANTS,
+    variants=[Variant("exp2_inplace_preallocated", _v_flash_exp2_inplace),
+              Variant("float64_einsum", _v_flash_float64_einsum)],
     output_names=("out", "lse"),
-    extra_checks=(_check_memory, _check_causal_skips_blocks),
+    rescale=_flash_rescale,
+    scale_names=_flash_scale_names,
+    contract="""Attention computed tile by tile with an online softmax, never building the S_q × S_k scores.
+
+    q: (..., S_q, D)   k: (..., S_k, D)   v: (..., S_k, D_v)   block_size: int   causal: bool
+    Returns out (..., S_q, D_v) = softmax(q kᵀ / sqrt(D)) v and
+            lse (..., S_q) = logsumexp over the keys of the scaled (masked) scores.
+    For each block of block_size queries, visit the blocks of block_size keys in order, keeping
+    per query a running max m, a running sum l and an unnormalised output acc; when m grows,
+    rescale l and acc by exp(m_old − m_new); at the end out = acc / l, lse = m + log(l).
+    causal=True is bottom-right aligned (query i sees key j iff j ≤ i + S_k − S_q), and the key
+    blocks that no query of the block can see are skipped: the check counts the matmul and exp
+    work at S = 256, block_size = 64 (causal=True must do at most 80% of causal=False's work).
+    A query that sees no key (S_q > S_k with causal) gets a zero output and lse = -inf.
+    Memory budget: at S = 2048, block_size = 512, no tensor may exceed S²/8 elements.
+    From scratch: torch.softmax and F.scaled_dot_product_attention are not allowed.
+    """,
 )
 check_flash_attention = register(FLASH_EXERCISE)
