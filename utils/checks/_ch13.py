@@ -284,6 +284,15 @@ def _flash_cases(seed: int) -> list:
     add("block_size ≥ S (one tile)", (2,), 7, 7, 4, 4, 16, causal=True)
     add("large-magnitude inputs (|scores| ~ 100)", (2,), 10, 10, 8, 4, 3, scale=8.0)
     add("large-magnitude inputs, causal", (2,), 10, 13, 8, 4, 4, causal=True, scale=8.0)
+    # a future key holds by far the largest score: the max must be taken after the causal mask
+    u = torch.nn.functional.normalize(randn(4, gen=g), dim=0)
+    q = randn(2, 8, 4, gen=g) + 5.0 * u
+    k = randn(2, 8, 4, gen=g)
+    k[:, 7] = 200.0 * u  # q_i · k_7 / sqrt(D) ≈ 500 for every query, but only the last one may see key 7
+    v = randn(2, 8, 3, gen=g)
+    cases.append(Case("causal: a masked (future) key holds the largest score, |score| ~ 500: "
+                      "q (2, 8, 4), k (2, 8, 4), v (2, 8, 3), block_size=4, causal=True",
+                      (q, k, v), {"block_size": 4, "causal": True}))
     add("causal, S_q > S_k: queries that see no key (zero output, lse = -inf)", (2, 2), 9, 5, 4, 4, 2, causal=True)
     add("S = 1", (3,), 1, 1, 4, 4, 2)
     for i in range(4):  # random shapes, odd sizes included
@@ -306,7 +315,7 @@ def _flash_cases(seed: int) -> list:
 
 def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, rescale_l=True, divide_by_l=True,
                    lse_adds_max=True, top_left=False, floor_key_blocks=False, skip_off_by_one=False,
-                   mask_inside=True, skip_blocks=True, scale=None, safe=True):
+                   mask_inside=True, skip_blocks=True, scale=None, safe=True, max_before_mask=False):
     """A tiled attention with one switch per known mistake (all off = correct)."""
     s_q, s_k = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -328,11 +337,11 @@ def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, re
                 break
             k_blk = k[..., k_start:k_start + block_size, :]
             v_blk = v[..., k_start:k_start + block_size, :]
-            s = q_blk @ k_blk.transpose(-2, -1) * scale
+            s = raw = q_blk @ k_blk.transpose(-2, -1) * scale
             if causal and mask_inside:
                 cols = torch.arange(k_start, k_start + k_blk.size(-2))
                 s = s.masked_fill(cols[None, :] > rows[:, None] + offset, NEG_INF)
-            m_new = torch.maximum(m, s.amax(-1))
+            m_new = torch.maximum(m, (raw if max_before_mask else s).amax(-1))
             alpha = torch.exp(m - sf(m_new))
             p = torch.exp(s - sf(m_new)[..., None])
             l = (alpha * l if rescale_l else l) + p.sum(-1)
@@ -408,6 +417,11 @@ FLASH_MUTANTS = [
            "fully masked key blocks were skipped but the blocks on the diagonal were not masked: inside a block, set the scores of keys j > i + S_k - S_q to -inf.",
            _switch(mask_inside=False)),
     Mutant("nan_for_queries_that_see_no_key", NAN_NO_KEY, _switch(safe=False)),
+    Mutant("max_before_causal_mask",
+           "the running max was taken over the scores before the causal mask: a masked (future) key with a "
+           "large score then sets m, and exp(s - m) underflows to 0 for every visible key; mask first "
+           "(scores of keys j > i + S_k - S_q set to -inf), then take the max.",
+           _switch(max_before_mask=True)),
     Mutant("no_scaling", "the scores were not divided by sqrt(D): s = q_blk @ k_blkᵀ / sqrt(D).", _switch(scale=1.0)),
     Mutant("scale_by_d", "the scores were divided by D instead of sqrt(D).", _fa_scale_by_d),
     Mutant("causal_without_block_skipping", NO_SKIP, _switch(skip_blocks=False)),
