@@ -2,8 +2,13 @@
 
 ``GroupedQueryAttention`` is checked without a cache and with one: prefill, then decode token by
 token (or in chunks), must give the same outputs as one forward over the whole sequence. The cache
-given to the learner's module is the course's own ``KVCache`` (``update`` and ``seq_len`` only),
-so that exercise is graded independently of the learner's ``KVCache``.
+given to the learner's module is the course's own (it only offers ``update``, as the contract
+says), so that exercise is graded independently of the learner's ``KVCache``; it also records the
+shape of what the module stores, which must be num_kv_heads heads, never the repeated num_heads.
+
+``KVCache`` is checked through ``update`` only (the curriculum names no other attribute): the
+snapshots it returns, two instances used at once (nothing shared between instances), and a long
+decode under a memory budget.
 """
 import math
 
@@ -11,13 +16,17 @@ import torch
 import torch.nn as nn
 
 from .. import reference as ref
-from .._guard import unguarded
+from .._guard import ForbiddenCall, unguarded
 from ..reference._common import masked_softmax_impl
-from ._core import Case, CheckFailure, Exercise, Mutant, describe, generator, load_state_strict, randn, rng
+from ._ch06 import warm_dispatch_modes
+from ._core import (DEFAULT_SECONDS, Budget, BudgetExceeded, Case, CheckFailure, Exercise, Mutant, Variant, compare,
+                    describe, generator, load_state_strict, randn, rng)
 from ._forbid import MHA, SDPA
 from ._registry import register
 
 __all__ = ["check_repeat_kv", "check_KVCache", "check_GroupedQueryAttention", "check_kv_cache_bytes"]
+
+F64 = torch.float64
 
 
 # ---------------------------------------------------------------- repeat_kv
@@ -29,13 +38,14 @@ def _repeat_kv_cases(seed: int) -> list:
         x = randn(B, H_kv, S, D, gen=g)
         cases.append(Case(f"{label}: x {tuple(x.shape)}, n_rep={n_rep}", (x, n_rep)))
 
-    add("two kv heads, n_rep=2", 1, 2, 3, 4, 2)
+    add("two kv heads, n_rep=2", 2, 2, 3, 4, 2)
     add("three kv heads, n_rep=3", 2, 3, 5, 2, 3)
-    add("n_rep=1 returns x unchanged", 2, 2, 4, 3, 1)
     add("one kv head (multi-query), n_rep=4", 2, 1, 3, 4, 4)
+    add("n_rep=1 returns x unchanged", 2, 2, 4, 3, 1)
     add("a single position (S = 1)", 3, 2, 1, 5, 2)
     add("head_dim 1", 1, 4, 6, 1, 2)
-    for i in range(6):  # random shapes, odd sizes included
+    add("batch of 1", 1, 2, 3, 4, 3)
+    for i in range(5):  # random shapes, odd sizes included
         add(f"random case {i + 1}", r.randint(1, 3), r.randint(2, 4), r.randint(1, 7), r.choice([1, 3, 4, 8]),
             r.randint(2, 4))
     return cases
@@ -53,16 +63,44 @@ def _rk_head_dim(x, n_rep):
     return x.repeat_interleave(n_rep, dim=-1)
 
 
+def _rk_batch(x, n_rep):
+    return x.repeat_interleave(n_rep, dim=0)
+
+
+def _rk_no_dim(x, n_rep):
+    return x.repeat_interleave(n_rep)  # without dim: flattened first
+
+
+def _rk_expand_no_reshape(x, n_rep):
+    B, H_kv, S, D = x.shape
+    return x[:, :, None].expand(B, H_kv, n_rep, S, D)
+
+
+def _v_rk_expand(x, n_rep):
+    B, H_kv, S, D = x.shape
+    return x.unsqueeze(2).expand(-1, -1, n_rep, -1, -1).reshape(B, H_kv * n_rep, S, D)
+
+
+def _v_rk_loop(x, n_rep):
+    return torch.cat([x[:, h:h + 1] for h in range(x.size(1)) for _ in range(n_rep)], dim=1)
+
+
+def _v_rk_index(x, n_rep):
+    return x.index_select(1, torch.arange(x.size(1) * n_rep) // n_rep)
+
+
 TILE = (
     "the kv heads were tiled ([k0, k1, k0, k1], like x.repeat) instead of repeated in place "
-    "([k0, k0, k1, k1]): query heads h·n_rep .. h·n_rep + n_rep − 1 share kv head h, so use "
-    "repeat_interleave(n_rep, dim=1) or x[:, :, None].expand(...).reshape(...)."
+    "([k0, k0, k1, k1]): query heads h·n_rep .. h·n_rep + n_rep − 1 share kv head h."
 )
 
 REPEAT_KV_MUTANTS = [
     Mutant("tile_instead_of_interleave", TILE, _rk_tile),
     Mutant("repeat_along_sequence", "the positions were repeated (dim 2) instead of the heads: repeat along dim 1, the head dim of (B, H_kv, S, D).", _rk_sequence),
     Mutant("repeat_along_head_dim", "the features were repeated (the last dim) instead of the heads: repeat along dim 1, the head dim of (B, H_kv, S, D).", _rk_head_dim),
+    Mutant("repeat_along_batch", "the batch was repeated (dim 0) instead of the heads: repeat along dim 1, the head dim of (B, H_kv, S, D).", _rk_batch),
+    Mutant("repeat_interleave_without_dim", "repeat_interleave without dim= flattens the tensor first: give dim=1 (the head dim).", _rk_no_dim),
+    Mutant("expand_without_reshape", "the expanded tensor (B, H_kv, n_rep, S, D) was returned as it is: merge H_kv and n_rep into one head dim with reshape(B, H_kv * n_rep, S, D).", _rk_expand_no_reshape),
 ]
 
 REPEAT_KV_EXERCISE = Exercise(
@@ -70,62 +108,170 @@ REPEAT_KV_EXERCISE = Exercise(
     reference=ref.repeat_kv,
     make_cases=_repeat_kv_cases,
     mutants=REPEAT_KV_MUTANTS,
+    variants=[Variant("expand_reshape", _v_rk_expand), Variant("loop_cat", _v_rk_loop),
+              Variant("index_select", _v_rk_index)],
+    contract="""Repeat each key/value head n_rep times, consecutively, so that H_kv heads serve H_kv · n_rep query heads.
+
+    x: (B, H_kv, S, D)   n_rep: int ≥ 1
+    Returns (B, H_kv · n_rep, S, D) whose head h is kv head h // n_rep: [k0, k0, k1, k1] for
+    H_kv = 2, n_rep = 2 (not the tiled [k0, k1, k0, k1]). n_rep = 1 returns x unchanged.
+    """,
 )
 check_repeat_kv = register(REPEAT_KV_EXERCISE)
 
 
 # ---------------------------------------------------------------- KVCache
 MAX_UPDATES = 12
-KV_CACHE_OUTPUTS = ("seq_len of a new, empty cache",) + tuple(
-    name for i in range(1, MAX_UPDATES + 1)
-    for name in (f"k_all after update {i}", f"v_all after update {i}", f"seq_len after update {i}")
+KV_CACHE_OUTPUTS = tuple(
+    name for i in range(1, MAX_UPDATES + 1) for name in (f"k_all after update {i}", f"v_all after update {i}"))
+
+SHARED = (
+    "the cached keys and values are class-level attributes (e.g. a list written in the class body), "
+    "shared by every KVCache instance: one layer's cache then holds another layer's positions. "
+    "Create the storage in __init__ (self.k = None, or self.ks = []), so each instance has its own."
 )
+KV_NOT_APPENDED = (
+    "the cache keeps only the newest keys and values: append them to what is cached, "
+    "torch.cat([self.k, k_new], dim=-2), and return everything cached so far."
+)
+KV_CAT_HEADS = (
+    "the keys and values were concatenated along the wrong dim: k is (B, H_kv, S, D), so append "
+    "along the sequence dim, torch.cat([self.k, k_new], dim=-2)."
+)
+KV_PREPENDS = "the new positions were put before the cached ones: append them at the end, torch.cat([old, new], dim=-2)."
+KV_RETURNS_NEW = ("update returned only the new keys and values: it must return everything cached so far, "
+                  "k_all (B, H_kv, S_total, D) and v_all.")
+KV_V_FROM_K = "the values were appended to the cached keys (a copy-paste slip): v_all = torch.cat([self.v, v_new], dim=-2)."
+KV_MEMORY = (
+    "a KV cache holds each position's key and value once, so its memory grows as S_total: no tensor "
+    "larger than a few times k_all (never one copy of the cache per update)"
+)
+
+LONG_PREFILL, LONG_STEPS, LONG_D = 64, 960, 2  # 1,024 positions, decoded one at a time after a prefill
+
+
+def _update(cache, k_new, v_new, label):
+    got = cache.update(k_new, v_new)
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        raise CheckFailure(f"KVCache.update(k_new, v_new) should return (k_all, v_all), but returned "
+                           f"{describe(got)} on case [{label}].")
+    return got
+
+
+def _snapshot(t):
+    return t.clone() if isinstance(t, torch.Tensor) else t
+
+
+def _run_kv_cache(cls, case: Case):
+    """KVCache(), then update(...) step by step; a snapshot of what each update returns."""
+    cache = cls()
+    results = []
+    for k_new, v_new in case.args:
+        results += [_snapshot(t) for t in _update(cache, k_new, v_new, case.label)]
+    return tuple(results)
+
+
+def _class_level_storage(cls) -> tuple:
+    """Names of mutable containers (lists, dicts, tensors) defined in the learner's class body."""
+    names = set()
+    for klass in getattr(cls, "__mro__", ()):
+        if klass in (object, nn.Module) or klass.__module__.startswith("torch"):
+            continue
+        for name, value in vars(klass).items():
+            if not name.startswith("__") and isinstance(value, (list, dict, torch.Tensor)):
+                names.add(name)
+    return tuple(sorted(names))
+
+
+def _run_two_caches(cls, case: Case):
+    """Two caches (two layers) updated in turn; any error is recorded rather than raised, so the
+    judge can say whether the instances share their storage."""
+    shared = _class_level_storage(cls)
+    (a1, a2), (b1, b2) = case.args
+    outs, error = [], None
+    try:
+        A = cls()
+        B = cls()
+        for cache, (k, v) in ((A, a1), (B, b1), (A, a2), (B, b2)):
+            outs.append(tuple(_snapshot(t) for t in _update(cache, k, v, case.label)))
+    except (ForbiddenCall, NotImplementedError, BudgetExceeded, CheckFailure):
+        raise
+    except Exception as err:  # noqa: BLE001 - judged below, with the class-level storage in view
+        error = f"{type(err).__name__}: {err}"
+    return {"class_level": shared, "error": error, "outputs": outs}
+
+
+def _judge_two_caches(a1, a2, b1, b2):
+    cat = lambda x, y: torch.cat([x, y], dim=-2)  # noqa: E731
+    expected = [a1, b1, (cat(a1[0], a2[0]), cat(a1[1], a2[1])), (cat(b1[0], b2[0]), cat(b1[1], b2[1]))]
+    steps = ["the first update of cache A", "the first update of cache B", "the second update of cache A",
+             "the second update of cache B"]
+
+    def judge(got) -> str | None:
+        shared, error, outs = got["class_level"], got["error"], got["outputs"]
+        problem = None
+        if error is not None:
+            problem = f"{steps[len(outs)]} raised {error}"
+        else:
+            for step, e, o in zip(steps, expected, outs):
+                msg = compare(tuple(e), tuple(o), 1e-6, 1e-5)
+                if msg:
+                    problem = f"after {step}, {msg.replace('output[0]', 'k_all').replace('output[1]', 'v_all')}"
+                    break
+        if problem is None:
+            return None
+        where = "two caches used in turn (one per layer)"
+        if shared:
+            return f"{where}: {problem}\nLikely mistake: {SHARED} (class-level: {', '.join(shared)})"
+        return (f"{where}: {problem} Each KVCache instance must keep its own keys and values, "
+                "independent of every other instance.")
+
+    return judge
+
+
+def _run_long_decode(cls, case: Case):
+    """A prefill, then LONG_STEPS single-token updates: only the final k_all, v_all are kept."""
+    cache = cls()
+    got = None
+    for k_new, v_new in case.args[0]:
+        got = _update(cache, k_new, v_new, case.label)
+    return tuple(got)
 
 
 def _kv_cache_cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, B, H_kv, D, D_v, sizes):
-        steps = tuple((randn(B, H_kv, n, D, gen=g), randn(B, H_kv, n, D_v, gen=g)) for n in sizes)
-        what = " + ".join(str(n) for n in sizes)
-        cases.append(Case(f"{label}: B={B}, H_kv={H_kv}, D={D}, D_v={D_v}, updates of {what} positions", steps))
+    def steps(B, H_kv, D, D_v, sizes):
+        return tuple((randn(B, H_kv, n, D, gen=g), randn(B, H_kv, n, D_v, gen=g)) for n in sizes)
 
+    def add(label, B, H_kv, D, D_v, sizes):
+        what = " + ".join(str(n) for n in sizes)
+        cases.append(Case(f"{label}: B={B}, H_kv={H_kv}, D={D}, D_v={D_v}, updates of {what} positions",
+                          steps(B, H_kv, D, D_v, sizes)))
+
+    # Two caches first: one per layer is how a model uses them, and storage shared between
+    # instances (a class-level list) shows here, named, before it garbles every other case.
+    a1, a2 = steps(2, 2, 4, 3, (3, 1))
+    b1, b2 = steps(2, 2, 4, 3, (2, 1))
+    cases.append(Case("two caches (two layers) updated in turn: A gets 3 then 1 positions, B gets 2 then 1; "
+                      "B=2, H_kv=2, D=4, D_v=3", ((a1, a2), (b1, b2)), run=_run_two_caches,
+                      judge=_judge_two_caches(a1, a2, b1, b2)))
     add("prefill, then decode one token at a time", 2, 2, 4, 4, (5, 1, 1, 1))
     add("decode from an empty cache", 1, 3, 2, 2, (1, 1, 1))
-    add("chunks of several positions", 2, 1, 3, 5, (3, 2, 4))
+    add("chunks of several positions, D ≠ D_v", 2, 1, 3, 5, (3, 2, 4))
     add("a single update", 3, 2, 4, 4, (4,))
     add("a single token", 1, 1, 8, 8, (1,))
-    for i in range(5):  # random shapes and update sizes
+    for i in range(4):  # random shapes and update sizes
         sizes = (r.randint(1, 6),) + tuple(r.choice([1, 1, 2, 3]) for _ in range(r.randint(1, 5)))
         add(f"random case {i + 1}", r.randint(1, 3), r.randint(1, 4), r.choice([2, 3, 4]), r.choice([2, 3, 4]), sizes)
+    long = steps(1, 1, LONG_D, LONG_D, (LONG_PREFILL,) + (1,) * LONG_STEPS)
+    total = LONG_PREFILL + LONG_STEPS
+    limit = 4 * total * LONG_D
+    cases.append(Case(f"memory budget: a prefill of {LONG_PREFILL} then {LONG_STEPS} single tokens, B=1, H_kv=1, "
+                      f"D=D_v={LONG_D} (no tensor above 4 × k_all = {limit:,} elements)", (long,),
+                      run=_run_long_decode, budget=Budget(numel=limit, seconds=DEFAULT_SECONDS, why=KV_MEMORY)))
     return cases
-
-
-def _seq_len(cache):
-    n = cache.seq_len
-    return n() if callable(n) else n  # a property or attribute is asked for; a method is accepted
-
-
-def _run_kv_cache(cls, case: Case):
-    cache = cls()
-    results = [_seq_len(cache)]
-    for k_new, v_new in case.args:
-        try:
-            got = cache.update(k_new, v_new)
-        except RuntimeError as err:
-            if "Sizes of tensors must match except in dimension" in str(err):  # torch.cat on the wrong dim
-                raise CheckFailure(f"KVCache.update raised RuntimeError on case [{case.label}]: {err}\n"
-                                   f"Likely mistake: {KV_CAT_HEADS}") from err
-            raise
-        if not (isinstance(got, (tuple, list)) and len(got) == 2):
-            raise CheckFailure(
-                f"KVCache.update(k_new, v_new) should return (k_all, v_all), but returned {describe(got)} "
-                f"on case [{case.label}]."
-            )
-        results += [t.clone() if isinstance(t, torch.Tensor) else t for t in got]  # a snapshot
-        results.append(_seq_len(cache))
-    return tuple(results)
 
 
 _RefKVCache = unguarded(ref.KVCache)
@@ -155,39 +301,98 @@ class _CachePrepends(_RefKVCache):
         return self.k, self.v
 
 
-class _CacheCountsUpdates(_RefKVCache):
-    def __init__(self):
-        super().__init__()
-        self.n_updates = 0
+class _CacheReturnsNew(_RefKVCache):
+    def update(self, k_new, v_new):
+        super().update(k_new, v_new)
+        return k_new, v_new
 
-    @property
-    def seq_len(self):
-        return self.n_updates
+
+class _CacheVFromK(_RefKVCache):
+    def update(self, k_new, v_new):
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+        else:
+            self.v = torch.cat([self.k, v_new], dim=-2)
+            self.k = torch.cat([self.k, k_new], dim=-2)
+        return self.k, self.v
+
+
+class _CacheSharedLists:
+    """The classic Python slip: lists in the class body are shared by every instance."""
+
+    keys = []
+    values = []
 
     def update(self, k_new, v_new):
-        self.n_updates += 1
-        return super().update(k_new, v_new)
+        self.keys.append(k_new)
+        self.values.append(v_new)
+        return torch.cat(self.keys, dim=-2), torch.cat(self.values, dim=-2)
 
 
-KV_NOT_APPENDED = (
-    "the cache keeps only the newest keys and values: append them to what is cached, "
-    "torch.cat([self.k, k_new], dim=-2), and return everything cached so far."
-)
-KV_CAT_HEADS = (
-    "the keys and values were concatenated along the wrong dim: k is (B, H_kv, S, D), so append "
-    "along the sequence dim, torch.cat([self.k, k_new], dim=-2)."
-)
-KV_PREPENDS = "the new positions were put before the cached ones: append them at the end, torch.cat([old, new], dim=-2)."
-KV_COUNTS_UPDATES = (
-    "seq_len counts calls to update, not positions: a prefill of S tokens adds S, so use the "
-    "cached k's size along dim -2."
-)
+class _CacheHistory(_RefKVCache):
+    """Keeps, besides the cache, a padded copy of everything cached after every update."""
+
+    def __init__(self):
+        super().__init__()
+        self.history = None  # (n_updates, B, H_kv, S_total, D)
+
+    def update(self, k_new, v_new):
+        k_all, v_all = super().update(k_new, v_new)
+        if self.history is None:
+            self.history = k_all[None]
+        else:
+            pad = k_all.size(-2) - self.history.size(-2)
+            padded = torch.nn.functional.pad(self.history, (0, 0, 0, pad))
+            self.history = torch.cat([padded, k_all[None]], dim=0)
+        return k_all, v_all
+
+
+class _VCacheList:
+    """A correct cache written differently: lists made in __init__, concatenated on demand."""
+
+    def __init__(self):
+        self.ks, self.vs = [], []
+
+    def update(self, k_new, v_new):
+        self.ks.append(k_new)
+        self.vs.append(v_new)
+        return torch.cat(self.ks, dim=2), torch.cat(self.vs, dim=2)
+
+
+class _VCacheBuffer(nn.Module):
+    """Preallocated buffers that double when full (an nn.Module); returns views of the filled part."""
+
+    def __init__(self):
+        super().__init__()
+        self.k_buf = self.v_buf = None
+        self.n = 0
+
+    def _grow(self, buf, new, need):
+        if buf is None:
+            return new.new_zeros(*new.shape[:-2], need, new.size(-1))
+        if buf.size(-2) >= need:
+            return buf
+        bigger = buf.new_zeros(*buf.shape[:-2], max(need, 2 * buf.size(-2)), buf.size(-1))
+        bigger[..., :self.n, :] = buf[..., :self.n, :]
+        return bigger
+
+    def update(self, k_new, v_new):
+        need = self.n + k_new.size(-2)
+        self.k_buf, self.v_buf = self._grow(self.k_buf, k_new, need), self._grow(self.v_buf, v_new, need)
+        self.k_buf[..., self.n:need, :] = k_new
+        self.v_buf[..., self.n:need, :] = v_new
+        self.n = need
+        return self.k_buf[..., :need, :], self.v_buf[..., :need, :]
+
 
 KV_CACHE_MUTANTS = [
     Mutant("cache_not_appended", KV_NOT_APPENDED, _CacheKeepsOnlyNew),
     Mutant("concatenates_along_heads", KV_CAT_HEADS, _CacheCatHeads),
     Mutant("prepends_new_positions", KV_PREPENDS, _CachePrepends),
-    Mutant("seq_len_counts_updates", KV_COUNTS_UPDATES, _CacheCountsUpdates),
+    Mutant("returns_only_new", KV_RETURNS_NEW, _CacheReturnsNew),
+    Mutant("values_appended_to_keys", KV_V_FROM_K, _CacheVFromK),
+    Mutant("class_level_lists", SHARED, _CacheSharedLists),
+    Mutant("quadratic_history_of_snapshots", KV_MEMORY, _CacheHistory),
 ]
 
 KV_CACHE_EXERCISE = Exercise(
@@ -196,7 +401,18 @@ KV_CACHE_EXERCISE = Exercise(
     make_cases=_kv_cache_cases,
     run=_run_kv_cache,  # a plain class or an nn.Module: KVCache(), then update(...) step by step
     mutants=KV_CACHE_MUTANTS,
+    variants=[Variant("lists_made_in_init", _VCacheList), Variant("doubling_buffers_module", _VCacheBuffer)],
     output_names=KV_CACHE_OUTPUTS,
+    contract="""The keys and values of every position seen so far, for one attention layer.
+
+    KVCache() starts empty. Each instance keeps its own keys and values (a model has one cache
+    per layer): create the storage in __init__, not in the class body.
+    update(k_new, v_new): k_new (B, H_kv, S_new, D), v_new (B, H_kv, S_new, D_v) are appended after
+        the cached positions along the sequence dim (-2). Returns everything cached so far,
+        k_all (B, H_kv, S_total, D) and v_all (B, H_kv, S_total, D_v).
+    Memory budget: the check decodes 1,024 positions one by one; no tensor may exceed 4 × the
+    size of k_all (a cache holds each position once).
+    """,
 )
 check_KVCache = register(KV_CACHE_EXERCISE)
 
@@ -205,35 +421,81 @@ check_KVCache = register(KV_CACHE_EXERCISE)
 GQA_OUTPUTS = (
     "out of forward(x) without a cache",
     "the cache returned by forward(x) without a cache",
-    "out of prefill then decode with a KVCache (the step outputs concatenated over positions)",
+    "out of prefill then decode with a cache (the step outputs concatenated over positions)",
 )
+
+KV_D_MODEL = (
+    "W_k and W_v project to d_model features, as in multi-head attention: in GQA they project to "
+    "num_kv_heads · head_dim, nn.Linear(d_model, num_kv_heads * head_dim, bias=False)."
+)
+REPEATED_IN_CACHE = (
+    "the keys and values were repeated to num_heads heads before they went into the cache: the cache "
+    "must hold the num_kv_heads heads (B, num_kv_heads, S, head_dim) — that is GQA's whole saving — "
+    "so call cache.update first and repeat what it returns, for the attention only."
+)
+OTHER_CACHE = ("forward(x, cache=cache) must return (out, cache) with the very cache it was given "
+               "(generation passes it on to the next step).")
+
+
+class _RecordingCache(unguarded(ref.KVCache)):
+    """The course's cache, which also checks what the learner's module stores in it."""
+
+    def __init__(self, expected_heads, head_dim, label):
+        super().__init__()
+        self.expected_heads, self.head_dim, self.label = expected_heads, head_dim, label
+
+    def update(self, k_new, v_new):
+        for name, t in (("k_new", k_new), ("v_new", v_new)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                raise CheckFailure(f"cache.update received {name} = {describe(t)} on case [{self.label}]; "
+                                   f"expected (B, num_kv_heads, S, head_dim).")
+            if t.size(1) != self.expected_heads or t.size(-1) != self.head_dim:
+                if t.size(1) > self.expected_heads and t.size(-1) == self.head_dim:
+                    raise CheckFailure(
+                        f"forward(x, cache) stored {name} of shape {tuple(t.shape)} in the cache on case "
+                        f"[{self.label}]: {t.size(1)} heads where num_kv_heads = {self.expected_heads}.\n"
+                        f"Likely mistake: {REPEATED_IN_CACHE}")
+                raise CheckFailure(
+                    f"forward(x, cache) stored {name} of shape {tuple(t.shape)} in the cache on case "
+                    f"[{self.label}]; expected (B, num_kv_heads={self.expected_heads}, S, "
+                    f"head_dim={self.head_dim}).")
+        return super().update(k_new, v_new)
+
+
+def _gqa_case(label, d_model, H, H_kv, B, S, steps, seed, g, grad=False):
+    assert sum(steps) == S
+    kv = H_kv * (d_model // H)
+    shapes = {"W_q.weight": (d_model, d_model), "W_k.weight": (kv, d_model), "W_v.weight": (kv, d_model),
+              "W_o.weight": (d_model, d_model)}
+    # Weights with std 1.5/sqrt(d_model): peaked enough that a wrong mask or grouping shows.
+    state = {name: randn(*shape, gen=g, scale=1.5 / math.sqrt(d_model)) for name, shape in shapes.items()}
+    x = randn(B, S, d_model, gen=g, dtype=F64 if grad else torch.float32)
+    dims = f"d_model={d_model}, num_heads={H}, num_kv_heads={H_kv}, x {tuple(x.shape)}"
+    init = {"ctor": (d_model, H, H_kv), "seed": seed, "state": state, "steps": steps}
+    if grad:
+        return Case(f"{label}: {dims}", (x,), init=init, grad=True)
+    schedule = " + ".join(str(n) for n in steps)
+    return Case(f"{label}: {dims}; with a cache: {schedule} positions", (x,), init=init, run=_run_gqa)
 
 
 def _gqa_cases(seed: int) -> list:
+    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, d_model, H, H_kv, B, S, steps):
-        assert sum(steps) == S
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
-            module = unguarded(ref.GroupedQueryAttention)(d_model, H, H_kv)
-        # Weights with std 1.5/sqrt(d_model): peaked enough that a wrong mask or grouping shows.
-        state = {name: randn(*p.shape, gen=g, scale=1.5 / math.sqrt(d_model)) for name, p in module.state_dict().items()}
-        x = randn(B, S, d_model, gen=g)
-        dims = f"d_model={d_model}, num_heads={H}, num_kv_heads={H_kv}, x {tuple(x.shape)}"
-        schedule = " + ".join(str(n) for n in steps)
-        cases.append(Case(f"{label}: {dims}; with a cache: {schedule} positions", (x,),
-                          init={"ctor": (d_model, H, H_kv), "seed": seed, "state": state, "steps": steps}))
+    def add(*args, **kwargs):
+        cases.append(_gqa_case(*args, seed=seed, g=g, **kwargs))
 
-    add("GQA (2 query heads per kv head), prefill 3 then decode 4 tokens", 16, 4, 2, 2, 7, (3, 1, 1, 1, 1))
-    add("MQA (num_kv_heads = 1)", 12, 4, 1, 2, 6, (2, 1, 1, 1, 1))
-    add("MHA (num_kv_heads = num_heads), decode from an empty cache", 12, 3, 3, 1, 5, (1, 1, 1, 1, 1))
+    add("GQA (2 query heads per kv head), prefill 3 then decode 3 tokens", 16, 4, 2, 2, 6, (3, 1, 1, 1))
+    add("MQA (num_kv_heads = 1)", 12, 4, 1, 2, 5, (2, 1, 2))
+    add("MHA (num_kv_heads = num_heads), decode from an empty cache", 12, 3, 3, 1, 3, (1, 1, 1))
     add("GQA with 3 query heads per kv head, two chunks", 24, 6, 2, 1, 6, (4, 2))
+    add("gradients (float64) of a random loss of out, GQA, no cache", 16, 4, 2, 2, 5, (5,), grad=True)
+    add("gradients (float64), MQA, a single batch element", 12, 6, 1, 1, 4, (4,), grad=True)
     add("a single position (S = 1)", 8, 2, 1, 2, 1, (1,))
     add("one prefill chunk through the cache (same as no cache)", 12, 4, 2, 2, 5, (5,))
     add("odd sizes (head_dim 3), uneven chunks", 18, 6, 3, 1, 9, (5, 1, 3))
-    for i in range(5):  # random configurations and decode schedules
+    for i in range(3):  # random configurations and decode schedules
         H_kv, n_rep, D_h = r.randint(1, 3), r.randint(1, 3), r.choice([2, 3, 4])
         S = r.randint(2, 8)
         steps, left = [], S
@@ -245,17 +507,14 @@ def _gqa_cases(seed: int) -> list:
     return cases
 
 
-KV_D_MODEL = (
-    "W_k and W_v project to d_model features, as in multi-head attention: in GQA they project to "
-    "num_kv_heads · head_dim, nn.Linear(d_model, num_kv_heads * head_dim, bias=False)."
-)
-
-
 def _build_gqa(cls, case: Case):
     d_model, H, H_kv = case.init["ctor"]
-    with torch.random.fork_rng():
+    saved = torch.get_rng_state()  # (torch.random.fork_rng is slow: it also visits every device type)
+    try:
         torch.manual_seed(case.init["seed"])
         module = cls(d_model, H, H_kv)
+    finally:
+        torch.set_rng_state(saved)
     if not isinstance(module, nn.Module):
         raise CheckFailure(f"{cls.__name__}(...) should build an nn.Module, got {type(module).__name__}.")
     kv_out = H_kv * (d_model // H)
@@ -277,14 +536,18 @@ def _forward(module, x, cache, label):
         call = "forward(x)" if cache is None else "forward(x, cache=cache)"
         raise CheckFailure(f"GroupedQueryAttention.{call} should return (out, cache), but returned "
                            f"{describe(result)} on case [{label}].")
+    if cache is not None and result[1] is not cache:
+        raise CheckFailure(f"GroupedQueryAttention.forward(x, cache=cache) returned {describe(result[1])} as its "
+                           f"cache on case [{label}].\nLikely mistake: {OTHER_CACHE}")
     return result
 
 
 def _run_gqa(cls, case: Case):
     module = _build_gqa(cls, case)
     (x,) = case.args
+    d_model, H, H_kv = case.init["ctor"]
     out, returned_cache = _forward(module, x, None, case.label)
-    cache, pieces, start = unguarded(ref.KVCache)(), [], 0  # the course's cache: see the module docstring
+    cache, pieces, start = _RecordingCache(H_kv, d_model // H, case.label), [], 0
     for n in case.init["steps"]:
         piece, cache = _forward(module, x[:, start:start + n], cache, case.label)
         pieces.append(piece)
@@ -299,7 +562,10 @@ class _GQAVariant(unguarded(ref.GroupedQueryAttention)):
     causal = "bottom_right"  # or "none", or "top_left"
     append = True  # use the cached keys and values, not only the new ones
     transpose_heads = True  # False: view(B, H, S, D_h) straight away, heads mixed up
-    scale_dim = "head_dim"  # or "d_model"
+    scale = "head_dim"  # or "d_model", "none"
+    repeat_before_cache = False  # store num_heads heads in the cache
+    output_projection = True
+    return_cache = True
 
     def _heads(self, t, n_heads):
         B, S, _ = t.shape
@@ -307,50 +573,33 @@ class _GQAVariant(unguarded(ref.GroupedQueryAttention)):
             return t.view(B, S, n_heads, self.head_dim).transpose(1, 2)
         return t.view(B, n_heads, S, self.head_dim)
 
+    def _repeat(self, t, n_rep):
+        return t.repeat(1, n_rep, 1, 1) if self.tile else t.repeat_interleave(n_rep, dim=1)
+
     def forward(self, x, cache=None):
         B, S, d_model = x.shape
-        H, H_kv = self.num_heads, self.num_kv_heads
+        H = self.num_heads
         q = self._heads(self.W_q(x), H)
         k = self._heads(self.W_k(x), self.W_k.out_features // self.head_dim)
         v = self._heads(self.W_v(x), self.W_v.out_features // self.head_dim)
+        if self.repeat_before_cache:
+            k, v = self._repeat(k, H // k.size(1)), self._repeat(v, H // v.size(1))
         if cache is not None:
             k_all, v_all = cache.update(k, v)
             if self.append:
                 k, v = k_all, v_all
-        S_k, n_rep = k.size(-2), H // k.size(1)
-        if self.tile:
-            k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)
-        else:
-            k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+        S_k = k.size(-2)
+        k, v = self._repeat(k, H // k.size(1)), self._repeat(v, H // v.size(1))
         ones = torch.ones(S, S_k, dtype=torch.bool)
         mask = {"bottom_right": ones.tril(S_k - S), "top_left": ones.tril(0), "none": None}[self.causal]
-        scale = math.sqrt(self.head_dim if self.scale_dim == "head_dim" else d_model)
+        scale = {"head_dim": math.sqrt(self.head_dim), "d_model": math.sqrt(d_model), "none": 1.0}[self.scale]
         out = masked_softmax_impl(q @ k.transpose(-2, -1) / scale, mask) @ v
-        return self.W_o(out.transpose(1, 2).reshape(B, S, d_model)), cache
+        out = out.transpose(1, 2).reshape(B, S, d_model)
+        return (self.W_o(out) if self.output_projection else out), (cache if self.return_cache else None)
 
 
-class _GQATile(_GQAVariant):
-    tile = True
-
-
-class _GQANoCausal(_GQAVariant):
-    causal = "none"
-
-
-class _GQATopLeft(_GQAVariant):
-    causal = "top_left"
-
-
-class _GQACacheNotAppended(_GQAVariant):
-    append = False
-
-
-class _GQAViewNoTranspose(_GQAVariant):
-    transpose_heads = False
-
-
-class _GQAScaleByDModel(_GQAVariant):
-    scale_dim = "d_model"
+def _gqa_mutant(name, **switches):
+    return type(name, (_GQAVariant,), switches)
 
 
 class _GQAKVToDModel(_GQAVariant):
@@ -360,17 +609,6 @@ class _GQAKVToDModel(_GQAVariant):
         super().__init__(d_model, num_heads, num_kv_heads)
         self.W_k = nn.Linear(d_model, d_model, bias=False)
         self.W_v = nn.Linear(d_model, d_model, bias=False)
-
-
-class _GQANoValidation(_GQAVariant):
-    def __init__(self, d_model, num_heads, num_kv_heads):
-        nn.Module.__init__(self)
-        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
-        self.head_dim = d_model // num_heads
-        self.W_q = nn.Linear(d_model, d_model, bias=False)
-        self.W_k = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
-        self.W_v = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
-        self.W_o = nn.Linear(d_model, d_model, bias=False)
 
 
 TOP_LEFT = (
@@ -388,49 +626,152 @@ VIEW_NO_TRANSPOSE = (
     "features; use view(B, S, H, D_h).transpose(1, 2)."
 )
 SCALE_D_MODEL = "the scores were divided by sqrt(d_model); each head's scores are divided by sqrt(head_dim), head_dim = d_model / num_heads."
-NO_VALIDATION = (
-    "invalid sizes were accepted: raise ValueError unless d_model % num_heads == 0 and "
-    "num_heads % num_kv_heads == 0 (query heads must split evenly into groups)."
-)
+NO_SCALING = "the scores were not divided by sqrt(head_dim)."
+NO_W_O = "the output projection W_o was not applied: merge the heads back to (B, S, d_model), then apply W_o."
 
 GQA_MUTANTS = [
-    Mutant("tile_instead_of_interleave", TILE, _GQATile),
-    Mutant("no_causal_mask", NO_CAUSAL, _GQANoCausal),
-    Mutant("top_left_causal_in_decode", TOP_LEFT, _GQATopLeft),
-    Mutant("cache_not_appended", CACHE_NOT_USED, _GQACacheNotAppended),
-    Mutant("heads_mixed_by_view", VIEW_NO_TRANSPOSE, _GQAViewNoTranspose),
-    Mutant("scale_by_d_model", SCALE_D_MODEL, _GQAScaleByDModel),
+    Mutant("tile_instead_of_interleave", TILE, _gqa_mutant("_GQATile", tile=True)),
+    Mutant("no_causal_mask", NO_CAUSAL, _gqa_mutant("_GQANoCausal", causal="none")),
+    Mutant("top_left_causal_in_decode", TOP_LEFT, _gqa_mutant("_GQATopLeft", causal="top_left")),
+    Mutant("cache_not_appended", CACHE_NOT_USED, _gqa_mutant("_GQACacheNotAppended", append=False)),
+    Mutant("heads_mixed_by_view", VIEW_NO_TRANSPOSE, _gqa_mutant("_GQAViewNoTranspose", transpose_heads=False)),
+    Mutant("scale_by_d_model", SCALE_D_MODEL, _gqa_mutant("_GQAScaleByDModel", scale="d_model")),
+    Mutant("no_scaling", NO_SCALING, _gqa_mutant("_GQANoScaling", scale="none")),
+    Mutant("no_output_projection", NO_W_O, _gqa_mutant("_GQANoWo", output_projection=False)),
     Mutant("kv_projected_to_d_model", KV_D_MODEL, _GQAKVToDModel),
-    Mutant("no_size_validation", NO_VALIDATION, _GQANoValidation),
+    Mutant("returns_no_cache", OTHER_CACHE, _gqa_mutant("_GQAReturnsNone", return_cache=False)),
+    # GQA exists to shrink the cache by num_heads / num_kv_heads; repeating before caching undoes it.
+    Mutant("quadratic_style_cache_of_repeated_heads", REPEATED_IN_CACHE,
+           _gqa_mutant("_GQARepeatBeforeCache", repeat_before_cache=True)),
 ]
 
 
-def _check_validation(cls) -> None:
-    """Invalid head counts raise ValueError when the module is built."""
-    for d_model, H, H_kv, why in [(12, 4, 3, "num_heads % num_kv_heads != 0"),
-                                  (10, 4, 2, "d_model % num_heads != 0")]:
-        call = f"GroupedQueryAttention(d_model={d_model}, num_heads={H}, num_kv_heads={H_kv})"
+class _VGQAGrouped(nn.Module):
+    """No repeat at all: queries grouped as (B, H_kv, n_rep, S, D_h) against (B, H_kv, 1, S_k, D_h);
+    parameters created in another order; an assert instead of ValueError; einsum."""
+
+    def __init__(self, d_model, num_heads, num_kv_heads):
+        super().__init__()
+        assert d_model % num_heads == 0 and num_heads % num_kv_heads == 0
+        self.h, self.h_kv, self.d_h = num_heads, num_kv_heads, d_model // num_heads
+        self.W_o = nn.Linear(d_model, d_model, bias=False)
+        self.W_v = nn.Linear(d_model, num_kv_heads * self.d_h, bias=False)
+        self.W_k = nn.Linear(d_model, num_kv_heads * self.d_h, bias=False)
+        self.W_q = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, cache=None):
+        B, S, _ = x.shape
+        h, h_kv, d_h = self.h, self.h_kv, self.d_h
+        q = self.W_q(x).view(B, S, h_kv, h // h_kv, d_h).permute(0, 2, 3, 1, 4)  # (B, H_kv, n_rep, S, D_h)
+        k = self.W_k(x).view(B, S, h_kv, d_h).transpose(1, 2)  # (B, H_kv, S, D_h)
+        v = self.W_v(x).view(B, S, h_kv, d_h).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        S_k = k.size(2)
+        s = torch.einsum("bgrqd,bgkd->bgrqk", q, k) * d_h ** -0.5
+        allowed = torch.arange(S_k)[None, :] <= torch.arange(S)[:, None] + (S_k - S)
+        s = torch.where(allowed, s, torch.tensor(float("-inf"), dtype=s.dtype))
+        e = torch.exp(s - s.amax(-1, keepdim=True))
+        w = e / e.sum(-1, keepdim=True)
+        out = torch.einsum("bgrqk,bgkd->bqgrd", w, v).reshape(B, S, h * d_h)
+        return self.W_o(out), cache
+
+
+class _VGQALoops(nn.Module):
+    """One head at a time, float64 inside, no validation at all (not graded)."""
+
+    def __init__(self, d_model, num_heads, num_kv_heads):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=False)
+        self.W_k = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
+        self.W_v = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
+        self.W_o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, cache=None):
+        B, S, d_model = x.shape
+        d_h, group = self.head_dim, self.num_heads // self.num_kv_heads
+        q = self.W_q(x).reshape(B, S, self.num_heads, d_h).permute(0, 2, 1, 3)
+        k = self.W_k(x).reshape(B, S, self.num_kv_heads, d_h).permute(0, 2, 1, 3)
+        v = self.W_v(x).reshape(B, S, self.num_kv_heads, d_h).permute(0, 2, 1, 3)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        S_k = k.size(2)
+        mask = torch.ones(S, S_k, dtype=torch.bool).tril(S_k - S)
+        heads = []
+        for h in range(self.num_heads):
+            qh, kh, vh = q[:, h].double(), k[:, h // group].double(), v[:, h // group].double()
+            w = torch.softmax((qh @ kh.transpose(1, 2) / math.sqrt(d_h)).masked_fill(~mask, float("-inf")), -1)
+            heads.append((w @ vh).to(x.dtype))
+        return self.W_o(torch.cat(heads, dim=-1)), cache
+
+
+def _tip_validation(cls) -> str | None:
+    """Advice only: invalid head counts are best refused when the module is built."""
+    for d_model, H, H_kv, why in [(12, 4, 3, "num_heads % num_kv_heads != 0"), (10, 4, 2, "d_model % num_heads != 0")]:
         try:
             cls(d_model, H, H_kv)
-        except ValueError:
+        except Exception:  # noqa: BLE001 - any refusal (ValueError, assert) is fine
             continue
-        except Exception as err:
-            detail = f": {err}" if str(err) else ""
-            raise CheckFailure(f"{call} ({why}) raised {type(err).__name__}{detail}; raise ValueError instead.") from None
-        raise CheckFailure(f"{call} ({why}) should raise ValueError, but built a module.\n"
-                           f"Likely mistake: {NO_VALIDATION}")
+        return (f"GroupedQueryAttention(d_model={d_model}, num_heads={H}, num_kv_heads={H_kv}) ({why}) built a "
+                "module; raising ValueError there would catch a wrong configuration early.")
+    return None
+
+
+def _gqa_scale_names(case: Case) -> dict:
+    d_model, H, H_kv = case.init["ctor"]
+    d_h = d_model // H
+    return {"1/sqrt(head_dim)": 1 / math.sqrt(d_h), "1 (no scaling)": 1.0, "1/sqrt(d_model)": 1 / math.sqrt(d_model),
+            "1/head_dim": 1 / d_h, "1/sqrt(num_kv_heads · head_dim)": 1 / math.sqrt(H_kv * d_h),
+            "1/sqrt(num_heads)": 1 / math.sqrt(H)}
+
+
+def _gqa_rescale(case: Case, c: float) -> Case:
+    """The same case with every score multiplied by c (W_q scaled by c)."""
+    from dataclasses import replace
+
+    state = dict(case.init["state"])
+    state["W_q.weight"] = state["W_q.weight"] * c
+    return replace(case, init={**case.init, "state": state})
 
 
 GQA_EXERCISE = Exercise(
     name="GroupedQueryAttention",
     reference=ref.GroupedQueryAttention,
     make_cases=_gqa_cases,
-    kind="class",
-    run=_run_gqa,
+    kind="class",  # most cases run _run_gqa (with a cache); gradient cases build the module in float64
     forbidden=(SDPA, MHA),
     mutants=GQA_MUTANTS,
+    variants=[Variant("grouped_einsum_no_repeat", _VGQAGrouped), Variant("loops_float64_no_validation", _VGQALoops)],
     output_names=GQA_OUTPUTS,
-    extra_checks=(_check_validation,),
+    tips=(_tip_validation,),
+    rescale=_gqa_rescale,
+    scale_names=_gqa_scale_names,
+    contract="""Causal self-attention with num_heads query heads sharing num_kv_heads key/value heads (GQA).
+
+    num_kv_heads = num_heads is multi-head attention, num_kv_heads = 1 multi-query attention.
+    Query head h uses kv head h // (num_heads // num_kv_heads): consecutive query heads form a group.
+
+    Parameters (names are part of the contract), with head_dim = d_model // num_heads, and no
+    other parameters or buffers:
+        W_q: nn.Linear(d_model, d_model, bias=False)
+        W_k, W_v: nn.Linear(d_model, num_kv_heads * head_dim, bias=False)
+        W_o: nn.Linear(d_model, d_model, bias=False)
+
+    forward(x, cache=None):
+        x: (B, S, d_model), the S newest positions   returns (out (B, S, d_model), cache)
+        Scores are q kᵀ / sqrt(head_dim).
+        Without a cache: causal attention over x; returns (out, None).
+        With a cache (any object with update(k_new, v_new) -> (k_all, v_all), such as your
+        KVCache; use only that method): pass it this step's keys and values,
+        (B, num_kv_heads, S, head_dim) each — the cache holds num_kv_heads heads, never keys
+        repeated to num_heads — and attend to everything it returns with bottom-right-aligned
+        causality (query i, the (P + i)-th position after P cached ones, sees keys 0 .. P + i);
+        returns (out, the same cache object).
+        Prefill then decode token by token gives the same outputs as one forward over the whole x.
+    Later code trains through this module, so its gradients are checked too (in float64).
+    """,
 )
 check_GroupedQueryAttention = register(GQA_EXERCISE)
 
@@ -465,8 +806,8 @@ def _kv_bytes_cases(seed: int) -> list:
     return cases
 
 
-def _kvb(factor=2, layers=1, batch=True, bytes_=True, scale=1):
-    def impl(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+def _kvb(factor=2, layers=1, batch=True, bytes_=True, scale=1, default_bytes=2):
+    def impl(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=default_bytes):
         n = factor * num_layers ** layers * num_kv_heads * head_dim * seq_len
         n *= batch_size if batch else 1
         n *= bytes_per_elem if bytes_ else 1
@@ -479,6 +820,20 @@ def _kvb_gib(*args, **kwargs):
     return ref.kv_cache_bytes.__wrapped__(*args, **kwargs) / 2**30
 
 
+def _kvb_float(*args, **kwargs):
+    return float(ref.kv_cache_bytes.__wrapped__(*args, **kwargs))
+
+
+def _v_kvb_prod(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+    per_token = 2 * num_kv_heads * head_dim * bytes_per_elem  # K and V of one position in one layer
+    return math.prod([per_token, num_layers, seq_len, batch_size])
+
+
+def _v_kvb_tensor_sizes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+    k_numel = batch_size * num_kv_heads * seq_len * head_dim  # one layer's k: (B, H_kv, S, D)
+    return sum(2 * k_numel * bytes_per_elem for _ in range(num_layers))
+
+
 KV_BYTES_MUTANTS = [
     Mutant("no_factor_2", "only one of K and V was counted: the cache stores both, so multiply by 2.", _kvb(factor=1)),
     Mutant("bits_not_bytes", "that is bits, not bytes: bytes_per_elem already counts bytes, so do not multiply by 8.", _kvb(scale=8)),
@@ -486,7 +841,9 @@ KV_BYTES_MUTANTS = [
     Mutant("forgets_num_layers", "num_layers is missing: every layer keeps its own keys and values.", _kvb(layers=0)),
     Mutant("num_layers_twice", "num_layers appears twice in the product: count it once.", _kvb(layers=2)),
     Mutant("elements_not_bytes", "that is the number of elements: multiply by bytes_per_elem to get bytes.", _kvb(bytes_=False)),
+    Mutant("default_float32", "bytes_per_elem defaults to 2 (float16/bfloat16), not 4.", _kvb(default_bytes=4)),
     Mutant("returns_gib", "the result was converted to GiB (a float): return the number of bytes as an int, and convert only when printing.", _kvb_gib),
+    Mutant("returns_float", "the result is a float: return the number of bytes as a Python int (avoid `/`, use * only).", _kvb_float),
 ]
 
 KV_BYTES_EXERCISE = Exercise(
@@ -494,5 +851,13 @@ KV_BYTES_EXERCISE = Exercise(
     reference=ref.kv_cache_bytes,
     make_cases=_kv_bytes_cases,
     mutants=KV_BYTES_MUTANTS,
+    variants=[Variant("per_token_prod", _v_kvb_prod), Variant("sum_of_tensor_sizes", _v_kvb_tensor_sizes)],
+    contract="""Bytes a KV cache holds: keys and values, for every layer, kv head, position and sequence.
+
+    num_layers, num_kv_heads, head_dim, seq_len, batch_size: ints
+    bytes_per_elem: bytes per stored number, 2 for float16/bfloat16 (the default), 4 for float32,
+        1 for int8/fp8
+    Returns the number of bytes as a Python int.
+    """,
 )
 check_kv_cache_bytes = register(KV_BYTES_EXERCISE)
