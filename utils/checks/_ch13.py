@@ -19,8 +19,31 @@ def _safe(m):
     return torch.where(m == NEG_INF, torch.zeros_like(m), m)
 
 
+class _Nothing(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+_WARM = []
+
+
+def _warm_dispatch_modes() -> None:
+    """Use a TorchDispatchMode once, outside any budget (called from make_cases, before the clock).
+
+    The first dispatch of a process's first TorchDispatchMode imports torch._dynamo (2-4 s on a
+    busy machine); both exercises here forbid aten operators, which the core catches with such a
+    mode, so without this the first check of a kernel would spend that import inside the first
+    case's 3 s budget. (A workaround: the core could do this itself.)
+    """
+    if not _WARM:
+        with _Nothing():
+            torch.zeros(1) + 1
+        _WARM.append(True)
+
+
 # ---------------------------------------------------------------- online_softmax
 def _online_softmax_cases(seed: int) -> list:
+    _warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 
@@ -259,6 +282,7 @@ def _judge_skipping(got) -> str | None:
 
 
 def _flash_cases(seed: int) -> list:
+    _warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 
@@ -507,6 +531,37 @@ def _v_flash_float64_einsum(q, k, v, block_size=64, causal=False):
     return torch.cat(outs, -2).to(dtype), torch.cat(lses, -1).to(dtype)
 
 
+def _v_flash_key_blocks_outer(q, k, v, block_size=64, causal=False):
+    """FlashAttention-1's loop order: key blocks outside, query blocks inside, state for every query."""
+    s_q, s_k = q.size(-2), k.size(-2)
+    off = s_k - s_q
+    m = torch.full(q.shape[:-1], NEG_INF, dtype=q.dtype)  # (..., S_q)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype)  # (..., S_q, D_v)
+    for j in range(0, s_k, block_size):
+        kj, vj = k[..., j:j + block_size, :], v[..., j:j + block_size, :]
+        for i in range(0, s_q, block_size):
+            n = min(block_size, s_q - i)
+            if causal and j > i + n - 1 + off:  # no query of this block sees key j or later
+                continue
+            s = q[..., i:i + n, :] @ kj.transpose(-2, -1) / math.sqrt(q.size(-1))
+            if causal:
+                hidden = torch.arange(j, j + kj.size(-2))[None, :] > torch.arange(i, i + n)[:, None] + off
+                s = s.masked_fill(hidden, NEG_INF)
+            m_old = m[..., i:i + n]
+            m_new = torch.maximum(m_old, s.amax(-1))
+            safe = torch.where(m_new == NEG_INF, torch.zeros_like(m_new), m_new)
+            alpha = torch.exp(m_old - safe)
+            p = torch.exp(s - safe[..., None])
+            l = torch.cat([l[..., :i], alpha * l[..., i:i + n] + p.sum(-1), l[..., i + n:]], dim=-1)
+            acc = torch.cat([acc[..., :i, :], alpha[..., None] * acc[..., i:i + n, :] + p @ vj,
+                             acc[..., i + n:, :]], dim=-2)
+            m = torch.cat([m[..., :i], m_new, m[..., i + n:]], dim=-1)
+    seen = l > 0
+    out = torch.where(seen[..., None], acc / torch.where(seen, l, 1.0)[..., None], torch.zeros_like(acc))
+    return out, torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), NEG_INF)
+
+
 FLASH_EXERCISE = Exercise(
     name="flash_attention",
     reference=ref.flash_attention,
@@ -514,7 +569,8 @@ FLASH_EXERCISE = Exercise(
     forbidden=(SOFTMAX, SDPA, MHA),
     mutants=FLASH_MUTANTS,
     variants=[Variant("exp2_inplace_preallocated", _v_flash_exp2_inplace),
-              Variant("float64_einsum", _v_flash_float64_einsum)],
+              Variant("float64_einsum", _v_flash_float64_einsum),
+              Variant("key_blocks_outer_fa1_order", _v_flash_key_blocks_outer)],
     output_names=("out", "lse"),
     rescale=_flash_rescale,
     scale_names=_flash_scale_names,
