@@ -1,16 +1,25 @@
-"""Checks for chapter 10 — sliding-window and sparse attention."""
+"""Checks for chapter 10 — sliding-window and sparse attention.
+
+``sliding_window_attention`` exists to save memory: besides its values (window 0 gives v, a
+window of at least S − 1 gives full attention) and its float64 gradients, it is checked at
+S = 2048 under a budget that an S×S score matrix (or mask) exceeds.
+"""
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 
 from .. import reference as ref
 from ..reference._common import masked_softmax_impl
-from ._core import Case, CheckFailure, Exercise, Mutant, compare, generator, largest_tensor, randn, rng
+from ._ch06 import warm_dispatch_modes
+from ._core import Budget, Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._forbid import MHA, SDPA
 from ._registry import register
 
 __all__ = ["check_sliding_window_mask", "check_sliding_window_attention", "check_strided_sparse_mask"]
+
+F64 = torch.float64
 
 
 def _distance(s):
@@ -30,6 +39,8 @@ def _mask_cases(seed: int) -> list:
 
     add("default (non-causal)", 7, 2)
     add("causal", 7, 2, True)
+    add("window=1, non-causal (tridiagonal)", 8, 1, False)
+    add("window=1, causal", 8, 1, True)
     add("window=0 keeps the diagonal", 5, 0, False)
     add("window=0, causal", 5, 0, True)
     add("a single position (s = 1)", 1, 0)
@@ -38,8 +49,6 @@ def _mask_cases(seed: int) -> list:
     add("window = s − 1, causal (full causal)", 6, 5, True)
     add("window = s", 4, 4, False)
     add("window > s, causal", 4, 9, True)
-    add("window=1, non-causal (tridiagonal)", 8, 1, False)
-    add("window=1, causal", 8, 1, True)
     for i in range(6):  # random sizes, odd ones included
         s = r.randint(2, 17)
         add(f"random case {i + 1}", s, r.randint(0, s), r.random() < 0.5)
@@ -69,6 +78,10 @@ def _mask_causal_looks_ahead(s, window, causal=False):
     return _band(s, -window, 0) if causal else _band(s, -window, window)
 
 
+def _mask_causal_ignores_window(s, window, causal=False):
+    return _band(s, 0, s) if causal else _band(s, -window, window)
+
+
 def _mask_inverted(s, window, causal=False):
     return ~ref.sliding_window_mask.__wrapped__(s, window, causal)
 
@@ -77,18 +90,39 @@ def _mask_float(s, window, causal=False):
     return ref.sliding_window_mask.__wrapped__(s, window, causal).float()
 
 
+def _mask_long(s, window, causal=False):
+    return ref.sliding_window_mask.__wrapped__(s, window, causal).long()
+
+
+def _v_mask_loops(s, window, causal=False):
+    m = torch.zeros(s, s, dtype=torch.bool)
+    for i in range(s):
+        for j in range(s):
+            m[i, j] = (0 <= i - j <= window) if causal else abs(i - j) <= window
+    return m
+
+
+def _v_mask_tril_triu(s, window, causal=False):
+    ones = torch.ones(s, s, dtype=torch.bool)
+    upper = 0 if causal else window
+    return ones.tril(upper) & ones.triu(-window)
+
+
 OFF_BY_ONE = "the window is off by one: key j is inside the window when |i − j| ≤ window (≤, not <), so window=0 still keeps the diagonal."
 IGNORES_CAUSAL = "causal=True was ignored: a causal window keeps only keys behind the query, 0 ≤ i − j ≤ window."
 ONE_SIDED = "the non-causal window covers one side only: without causal, query i sees keys on both sides, |i − j| ≤ window."
 LOOKS_AHEAD = "the causal window looks at the future: it must keep keys j ≤ i (0 ≤ i − j ≤ window), not j ≥ i — check the sign of i − j."
+CAUSAL_NO_WINDOW = "with causal=True the window was dropped (plain causal attention): keep only 0 ≤ i − j ≤ window."
 
 MASK_MUTANTS = [
     Mutant("off_by_one_window", OFF_BY_ONE, _mask_off_by_one),
     Mutant("ignores_causal", IGNORES_CAUSAL, _mask_ignores_causal),
     Mutant("one_sided_window", ONE_SIDED, _mask_one_sided),
     Mutant("causal_looks_ahead", LOOKS_AHEAD, _mask_causal_looks_ahead),
+    Mutant("causal_ignores_window", CAUSAL_NO_WINDOW, _mask_causal_ignores_window),
     Mutant("inverted_mask", "the mask is inverted: True means 'may attend', so the positions inside the window are True.", _mask_inverted),
     Mutant("float_mask", "the mask holds 0/1 floats: return a bool tensor (True = may attend), e.g. from a comparison.", _mask_float),
+    Mutant("integer_mask", "the mask holds 0/1 integers: return a bool tensor (True = may attend), e.g. from a comparison.", _mask_long),
 ]
 
 MASK_EXERCISE = Exercise(
@@ -96,42 +130,103 @@ MASK_EXERCISE = Exercise(
     reference=ref.sliding_window_mask,
     make_cases=_mask_cases,
     mutants=MASK_MUTANTS,
+    variants=[Variant("python_loops", _v_mask_loops), Variant("tril_and_triu", _v_mask_tril_triu)],
+    contract="""Bool (s, s) sliding-window mask, True = may attend: query i sees key j iff |i − j| ≤ window.
+
+    s: int, the sequence length   window: int ≥ 0   causal: bool
+    With causal=True only the keys behind the query (itself included): 0 ≤ i − j ≤ window.
+    window = 0 keeps the diagonal only; window ≥ s − 1 gives full (or full causal) attention.
+    """,
 )
 check_sliding_window_mask = register(MASK_EXERCISE)
 
 
 # ---------------------------------------------------------------- sliding_window_attention
+# The budget case: S = 2048 positions. Small D and window keep every banded tensor under ~32k
+# elements (torch then stays on one thread, so the check is fast on a busy machine); the S×S
+# matrix is 4M elements and the budget allows S²/8.
+MEMORY_S, MEMORY_D, MEMORY_WINDOW = 2048, 2, 3
+FULL_MATRIX = (
+    "sliding-window attention never builds the S×S score matrix (or mask): score each query against "
+    "its 2·window + 1 neighbours only (e.g. pad k and v, then unfold them into windows), so memory "
+    "grows as S·window, not S²"
+)
+
+
+def _memory_case(causal: bool) -> Case:
+    g = generator(2048 + causal)
+    S, D, window = MEMORY_S, MEMORY_D, MEMORY_WINDOW
+    q, k, v = randn(1, S, D, gen=g), randn(1, S, D, gen=g), randn(1, S, D, gen=g)
+    return Case(f"memory budget at S = {S}: q, k, v {tuple(q.shape)}, window={window}, causal={causal} "
+                f"(no tensor above S²/8 = {S * S // 8:,} elements)", (q, k, v, window), {"causal": causal},
+                budget=Budget(numel=S * S // 8, seconds=3.0, why=FULL_MATRIX))
+
+
+def _far_key_inputs(g, lead, s, d, d_v, dtype):
+    """Every query points along u; key 0 is 100·u: it holds the largest score (~150) of every row,
+    but lies outside the window of the later queries."""
+    u = randn(d, gen=g, dtype=dtype)
+    u = u / u.norm()
+    q = 3 * u + randn(*lead, s, d, gen=g, scale=0.3, dtype=dtype)
+    k = randn(*lead, s, d, gen=g, dtype=dtype)
+    k[..., 0, :] = 100 * u
+    return q, k, randn(*lead, s, d_v, gen=g, dtype=dtype)
+
+
 def _swa_cases(seed: int) -> list:
+    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, lead, s, d, d_v, window, causal=None, scale=1.0):
-        q = randn(*lead, s, d, gen=g, scale=scale)
-        k = randn(*lead, s, d, gen=g, scale=scale)
-        v = randn(*lead, s, d_v, gen=g)
+    def add(label, lead, s, d, d_v, window, causal=None, scale=1.0, grad=False, dtype=torch.float32, qkv=None):
+        q, k, v = qkv or (randn(*lead, s, d, gen=g, scale=scale, dtype=dtype),
+                          randn(*lead, s, d, gen=g, scale=scale, dtype=dtype), randn(*lead, s, d_v, gen=g, dtype=dtype))
         kwargs = {} if causal is None else {"causal": causal}
         flag = "" if causal is None else f", causal={causal}"
         cases.append(Case(f"{label}: q, k {tuple(q.shape)}, v {tuple(v.shape)}, window={window}{flag}",
-                          (q, k, v, window), kwargs))
+                          (q, k, v, window), kwargs, grad=grad))
 
-    add("no batch dims, default (non-causal)", (), 6, 4, 4, 1)
+    add("batch of 2, default (non-causal)", (2,), 6, 4, 4, 1)
     add("causal, batch and heads (B, H)", (2, 3), 7, 4, 5, 2, True)
+    add("no batch dims, D ≠ D_v, odd sizes", (), 9, 5, 7, 3, False)
+    add("gradients (float64) of a random loss of out", (2,), 6, 3, 4, 1, False, grad=True, dtype=F64)
+    add("gradients (float64), causal, (B, H): the first queries' windows start with masked slots",
+        (2, 2), 7, 4, 3, 2, True, grad=True, dtype=F64)
     add("window=0 (output = v)", (2,), 5, 4, 3, 0, False)
     add("window=0, causal (output = v)", (2,), 5, 4, 3, 0, True)
-    add("a single position (S = 1)", (1,), 1, 4, 2, 0)
-    add("a single position, wide window, causal", (2,), 1, 3, 2, 4, True)
+    add("gradients (float64), window=0", (2,), 4, 3, 2, 0, False, grad=True, dtype=F64)
     add("window = S − 1 (full attention)", (2,), 6, 8, 4, 5, False)
     add("window = S (full attention)", (2, 2), 5, 4, 4, 5, False)
     add("window > S, causal (full causal attention)", (2,), 5, 4, 3, 8, True)
-    add("D ≠ D_v, odd sizes", (3,), 9, 5, 7, 3, False)
-    add("large-magnitude inputs", (2,), 8, 16, 4, 2, False, scale=30.0)
+    add("a single position (S = 1)", (1,), 1, 4, 2, 0)
+    add("a single position, wide window, causal", (2,), 1, 3, 2, 4, True)
+    add("key 0, outside most windows, holds every row's largest score (~150)", (2,), 8, 4, 3, 1, False,
+        qkv=_far_key_inputs(g, (2,), 8, 4, 3, torch.float32))
+    add("the same, causal", (2,), 8, 4, 3, 2, True, qkv=_far_key_inputs(g, (2,), 8, 4, 3, torch.float32))
+    add("gradients (float64), causal, key 0 holds the largest scores", (2,), 6, 4, 3, 1, True, grad=True,
+        dtype=F64, qkv=_far_key_inputs(g, (2,), 6, 4, 3, F64))
+    add("large-magnitude inputs (|scores| ~ 1000)", (2,), 8, 16, 4, 2, False, scale=30.0)
     add("large-magnitude inputs, causal", (2,), 8, 16, 4, 3, True, scale=30.0)
-    for i in range(6):  # random shapes and windows
+    for i in range(4):  # random shapes and windows
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         s = r.randint(2, 13)
-        add(f"random case {i + 1}", lead, s, r.choice([1, 3, 4, 8]), r.randint(1, 6),
-            r.randint(0, s), r.random() < 0.5)
+        add(f"random case {i + 1}", lead, s, r.choice([1, 3, 4, 8]), r.randint(1, 6), r.randint(0, s), r.random() < 0.5)
+    cases += [_memory_case(False), _memory_case(True)]
     return cases
+
+
+def _swa_rescale(case: Case, c: float) -> Case:
+    """The same case with every score multiplied by c (q scaled by c)."""
+    q, *rest = case.args
+    return replace(case, args=(q * c, *rest))
+
+
+def _swa_scale_names(case: Case) -> dict:
+    q, k, v, window = case.args[:4]
+    d, d_v, s = q.size(-1), v.size(-1), q.size(-2)
+    return {"1/sqrt(D)": 1 / math.sqrt(d), "1 (no scaling)": 1.0, "1/D": 1 / d,
+            "1/sqrt(D_v) (the size of v)": 1 / math.sqrt(d_v), "sqrt(D)": math.sqrt(d), "1/sqrt(S)": 1 / math.sqrt(s),
+            "1/sqrt(2·window + 1) (the window's width)": 1 / math.sqrt(2 * window + 1)}
 
 
 def _masked_attention(q, k, v, mask, scale=None):
@@ -148,64 +243,116 @@ def _swa_with_mask(mask_fn, scale=None):
     return impl
 
 
+def _true_mask(s, window, causal):
+    return ref.sliding_window_mask.__wrapped__(s, window, causal)
+
+
 def _swa_no_scaling(q, k, v, window, causal=False):
-    mask = ref.sliding_window_mask.__wrapped__(q.size(-2), window, causal)
-    return _masked_attention(q, k, v, mask, scale=1.0)
+    return _masked_attention(q, k, v, _true_mask(q.size(-2), window, causal), scale=1.0)
 
 
-def _swa_padding_not_masked(q, k, v, window, causal=False):
-    """The banded version, but the zero-padded slots stay in the softmax (score 0, value 0)."""
-    left, right = window, (0 if causal else window)
+def _banded(q, k, v, window, causal=False, mask_padding=True, dim=-1, inplace_after=False):
+    """The banded computation (the reference's), with switches for the mutants."""
+    S = q.size(-2)
+    w = min(window, S - 1)
+    left, right = w, (0 if causal else w)
     W = left + right + 1
     k_win = F.pad(k, (0, 0, left, right)).unfold(-2, W, 1)  # (..., S, D, W)
     v_win = F.pad(v, (0, 0, left, right)).unfold(-2, W, 1)  # (..., S, D_v, W)
-    scores = (q.unsqueeze(-2) @ k_win).squeeze(-2) / math.sqrt(q.size(-1))
-    weights = torch.softmax(scores, dim=-1)
+    scores = (q.unsqueeze(-2) @ k_win).squeeze(-2) / math.sqrt(q.size(-1))  # (..., S, W)
+    key_pos = torch.arange(S).unsqueeze(1) - left + torch.arange(W).unsqueeze(0)
+    is_key = (key_pos >= 0) & (key_pos < S)
+    if mask_padding:
+        scores = scores.masked_fill(~is_key, float("-inf"))
+    weights = torch.softmax(scores, dim=dim)
+    if inplace_after:
+        weights.masked_fill_(~is_key, 0.0)  # in place on the softmax's output: backward breaks
     return (v_win @ weights.unsqueeze(-1)).squeeze(-1)
 
 
-FULL_MATRIX = (
-    "the full S×S score matrix (or mask) was built: a banded implementation scores each query "
-    "against its 2·window + 1 neighbours only (e.g. pad k and v, then unfold them into windows), "
-    "so memory grows as S·window, not S²."
-)
+def _swa_padding_not_masked(q, k, v, window, causal=False):
+    return _banded(q, k, v, window, causal, mask_padding=False)
+
+
+def _swa_wrong_dim(q, k, v, window, causal=False):
+    return _banded(q, k, v, window, causal, dim=-2).nan_to_num(0.0)
+
+
+def _swa_inplace(q, k, v, window, causal=False):
+    return _banded(q, k, v, window, causal, inplace_after=True)
+
+
+def _swa_mask_after_softmax(q, k, v, window, causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    return (torch.softmax(scores, dim=-1) * _true_mask(q.size(-2), window, causal)) @ v
+
+
+def _swa_max_before_mask(q, k, v, window, causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) * _true_mask(q.size(-2), window, causal)
+    return (e / e.sum(dim=-1, keepdim=True)) @ v
+
+
 PADDING_NOT_MASKED = (
     "the zero padding at the ends of the sequence took part in the softmax: padded slots are not "
     "keys, so mask them with -inf before the softmax (only the first and last `window` queries differ)."
 )
+WRONG_DIM = "the softmax ran over the queries (dim -2) instead of each query's keys (the last dim): each query's weights must sum to 1."
+INPLACE = ("an in-place edit of the softmax's output (such as weights.masked_fill_(...) or weights[...] = 0) gives the "
+           "right values but breaks autograd, which needs that output for the backward pass: mask the scores "
+           "before the softmax, or build a new tensor.")
+MASK_AFTER = ("the window was applied after the softmax, so the remaining weights no longer sum to 1: mask the scores "
+              "with -inf before the softmax.")
+MAX_BEFORE_MASK = ("the row maximum was taken over every key, the ones outside the window included: when such a key "
+                   "holds the largest score, exp(score − max) underflows to 0 for every key in the window (0/0 = NaN). "
+                   "Mask first, then take the maximum over the keys that remain.")
 
 SWA_MUTANTS = [
     Mutant("off_by_one_window", OFF_BY_ONE, _swa_with_mask(_mask_off_by_one)),
     Mutant("ignores_causal", IGNORES_CAUSAL, _swa_with_mask(_mask_ignores_causal)),
     Mutant("one_sided_window", ONE_SIDED, _swa_with_mask(_mask_one_sided)),
     Mutant("causal_looks_ahead", LOOKS_AHEAD, _swa_with_mask(_mask_causal_looks_ahead)),
+    Mutant("causal_ignores_window", CAUSAL_NO_WINDOW, _swa_with_mask(_mask_causal_ignores_window)),
     Mutant("no_scaling", "the scores were not divided by sqrt(D).", _swa_no_scaling),
     Mutant("padding_not_masked", PADDING_NOT_MASKED, _swa_padding_not_masked),
-    Mutant("full_score_matrix", FULL_MATRIX, _swa_with_mask(lambda s, w, c: ref.sliding_window_mask.__wrapped__(s, w, c))),
+    Mutant("softmax_wrong_dim", WRONG_DIM, _swa_wrong_dim),
+    Mutant("inplace_after_softmax", INPLACE, _swa_inplace),
+    Mutant("mask_after_softmax", MASK_AFTER, _swa_mask_after_softmax),
+    Mutant("max_before_mask", MAX_BEFORE_MASK, _swa_max_before_mask),
+    Mutant("quadratic_masked_full", FULL_MATRIX, _swa_with_mask(_true_mask)),
 ]
 
-# small D and window keep every banded tensor under ~32k elements (torch then stays on one
-# thread, so the check is fast even on a busy machine); the S×S matrix is 4M elements either way
-MEMORY_S, MEMORY_D, MEMORY_WINDOW = 2048, 2, 3
+
+def _v_swa_gather(q, k, v, window, causal=False):
+    """Each query's neighbours gathered with an index tensor (S, W); einsum; masked slots by torch.where."""
+    S = q.size(-2)
+    offsets = torch.arange(-window, 1 if causal else window + 1)  # (W,)
+    idx = torch.arange(S)[:, None] + offsets  # (S, W)
+    valid = (idx >= 0) & (idx < S)
+    idx = idx.clamp(0, S - 1)
+    k_nb, v_nb = k[..., idx, :], v[..., idx, :]  # (..., S, W, D)
+    scores = torch.einsum("...sd,...swd->...sw", q, k_nb) / math.sqrt(q.size(-1))
+    scores = torch.where(valid, scores, torch.tensor(float("-inf"), dtype=scores.dtype))
+    e = torch.exp(scores - scores.amax(-1, keepdim=True))
+    w = e / e.sum(-1, keepdim=True)
+    return torch.einsum("...sw,...swd->...sd", w, v_nb)
 
 
-def _check_swa_memory(fn) -> None:
-    """At S = 2048, window = 3 no tensor may hold S²/4 elements or more (banded: ~S·7·D)."""
-    S, D, window = MEMORY_S, MEMORY_D, MEMORY_WINDOW
-    g = generator(2048)
-    q, k, v = randn(1, S, D, gen=g), randn(1, S, D, gen=g), randn(1, S, D, gen=g)
-    limit = S * S // 4
-    for causal in (False, True):
-        out, numel, shape, op = largest_tensor(fn, q, k, v, window, causal=causal)
-        where = f"memory check (q, k, v {tuple(q.shape)}, window={window}, causal={causal})"
-        if numel >= limit:
-            raise CheckFailure(
-                f"{where}: sliding_window_attention built a tensor of shape {shape} ({numel:,} elements, from {op}); "
-                f"a banded implementation needs far fewer than S²/4 = {limit:,}. Likely mistake: {FULL_MATRIX}"
-            )
-        msg = compare(ref.sliding_window_attention.__wrapped__(q, k, v, window, causal=causal), out, 1e-5, 1e-4)
-        if msg:
-            raise CheckFailure(f"{where}: {msg}")
+def _v_swa_blocked(q, k, v, window, causal=False, block=64):
+    """Blocks of queries, each against the keys its block can reach (a small masked matrix), float64 inside."""
+    S = q.size(-2)
+    assert window >= 0  # an assert instead of ValueError is fine
+    qd, kd, vd = q.double(), k.double(), v.double()
+    outs = []
+    for start in range(0, S, block):
+        stop = min(start + block, S)
+        lo, hi = max(0, start - window), stop if causal else min(S, stop + window)
+        s = qd[..., start:stop, :] @ kd[..., lo:hi, :].transpose(-2, -1) / math.sqrt(q.size(-1))
+        d = torch.arange(start, stop)[:, None] - torch.arange(lo, hi)[None, :]
+        allowed = (d >= 0) & (d <= window) if causal else d.abs() <= window
+        w = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
+        outs.append(w @ vd[..., lo:hi, :])
+    return torch.cat(outs, dim=-2).to(q.dtype)
 
 
 SWA_EXERCISE = Exercise(
@@ -214,7 +361,20 @@ SWA_EXERCISE = Exercise(
     make_cases=_swa_cases,
     forbidden=(SDPA, MHA),
     mutants=SWA_MUTANTS,
-    extra_checks=(_check_swa_memory,),
+    variants=[Variant("gather_einsum", _v_swa_gather), Variant("query_blocks_float64", _v_swa_blocked)],
+    rescale=_swa_rescale,
+    scale_names=_swa_scale_names,
+    contract="""Self-attention where query i sees only the keys within `window` of it, without an S×S matrix.
+
+    q: (..., S, D)   k: (..., S, D)   v: (..., S, D_v)   window: int ≥ 0   causal: bool
+    Returns out (..., S, D_v), equal to softmax(q kᵀ / sqrt(D)) v masked with
+    sliding_window_mask(S, window, causal): window = 0 gives v; window ≥ S − 1 gives full (or
+    full causal) attention.
+    Score each query against its neighbours only, never all S keys: the check has a memory
+    budget, at S = 2048 no tensor may exceed S²/8 elements.
+    Later code trains through this function, so its gradients are checked too (in float64): no
+    in-place edits of tensors autograd needs.
+    """,
 )
 check_sliding_window_attention = register(SWA_EXERCISE)
 
@@ -271,6 +431,35 @@ def _strided_inverted(s, stride):
     return ~ref.strided_sparse_mask.__wrapped__(s, stride)
 
 
+def _strided_fixed_pattern(s, stride):
+    i, j = torch.arange(s).unsqueeze(1), torch.arange(s).unsqueeze(0)
+    return (j <= i) & ((i // stride == j // stride) | (j % stride == stride - 1))
+
+
+def _strided_float(s, stride):
+    return ref.strided_sparse_mask.__wrapped__(s, stride).float()
+
+
+def _v_strided_loops(s, stride):
+    return torch.tensor([[j <= i and ((i - j) < stride or (i - j) % stride == 0) for j in range(s)] for i in range(s)],
+                        dtype=torch.bool).reshape(s, s)
+
+
+def _v_strided_tril(s, stride):
+    ones = torch.ones(s, s, dtype=torch.bool)
+    local = ones.tril() & ones.triu(-(stride - 1))
+    d = _distance(s)
+    return local | (torch.remainder(d, stride) == 0).tril()
+
+
+def _tip_stride_zero(fn) -> str | None:
+    try:
+        fn(4, 0)
+    except Exception:  # noqa: BLE001 - any refusal is fine
+        return None
+    return "strided_sparse_mask(4, stride=0) returned a mask; raising ValueError for stride < 1 would catch a wrong call early."
+
+
 STRIDED_MUTANTS = [
     Mutant("no_local_part", "the local part is missing: besides every stride-th key back, query i also sees its last `stride` keys, (i − j) < stride.", _strided_no_local),
     Mutant("no_strided_part", "the strided part is missing: besides the last `stride` keys, query i sees every key a whole number of strides back, (i − j) % stride == 0.", _strided_no_strided),
@@ -278,6 +467,8 @@ STRIDED_MUTANTS = [
     Mutant("modulo_on_j", "the strided part tested j % stride == 0 (fixed columns); the strided pattern counts strides back from the query: (i − j) % stride == 0.", _strided_modulo_on_j),
     Mutant("strided_part_not_causal", "the strided part reaches into the future: `causal & local | strided` means `(causal & local) | strided` (& binds tighter than |); write causal & (local | strided).", _strided_precedence),
     Mutant("inverted_mask", "the mask is inverted: True means 'may attend'.", _strided_inverted),
+    Mutant("fixed_pattern", "this is the *fixed* pattern of Sparse Transformers (the same block of `stride` positions, plus the last position of every block); the strided pattern counts back from the query: (i − j) < stride or (i − j) % stride == 0.", _strided_fixed_pattern),
+    Mutant("float_mask", "the mask holds 0/1 floats: return a bool tensor (True = may attend), e.g. from a comparison.", _strided_float),
 ]
 
 STRIDED_EXERCISE = Exercise(
@@ -285,5 +476,14 @@ STRIDED_EXERCISE = Exercise(
     reference=ref.strided_sparse_mask,
     make_cases=_strided_cases,
     mutants=STRIDED_MUTANTS,
+    variants=[Variant("python_loops", _v_strided_loops), Variant("tril_triu_remainder", _v_strided_tril)],
+    tips=(_tip_stride_zero,),
+    contract="""Bool (s, s) causal strided pattern of Sparse Transformers (Child et al., 2019), True = may attend.
+
+    s: int, the sequence length   stride: int ≥ 1
+    Query i sees key j iff j ≤ i and either j is among its last `stride` positions
+    ((i − j) < stride, the local part, itself included) or a whole number of strides back
+    ((i − j) % stride == 0, the strided part).
+    """,
 )
 check_strided_sparse_mask = register(STRIDED_EXERCISE)
