@@ -1,7 +1,7 @@
 """Chapter 11-13 checks: behaviour that tests/test_checks.py does not reach generically.
 
-- the memory budgets of linear, causal linear and flash attention are S = 2048 cases that allow
-  at most S²/8 elements, and a quadratic answer fails fast with the budget's sentence;
+- the memory budgets of linear, causal linear and flash attention are large-S cases (2048 and 1024)
+  that allow at most S²/8 and S²/4 elements, and a quadratic answer fails fast with the budget's sentence;
 - flash attention's causal block skipping is a judged case: its run counts matmul/exp work, and
   the verdict is a function of those counts only (the grader judges them in another process);
 - apply_rope's odd-D behaviour is a tip, never a failure (input validation is not graded);
@@ -25,7 +25,7 @@ def test_budget_case_is_large_and_tight(name):
     assert len(budgeted) == 1
     case = budgeted[0]
     s = case.args[0].size(-2)
-    assert s == 2048 and case.budget.numel <= s * s // 8 and case.budget.why
+    assert s >= 1024 and case.budget.numel <= s * s // 4 and case.budget.why
     quadratic = next(m for m in ex.mutants if m.name.startswith("quadratic"))
     assert quadratic.hint == case.budget.why
     run_check(ex, unguarded(ex.reference), quiet=True)  # warm-up: the first dispatch mode imports part of torch

@@ -231,7 +231,7 @@ check_online_softmax = register(ONLINE_SOFTMAX_EXERCISE)
 
 
 # ---------------------------------------------------------------- flash_attention
-MEM_S, MEM_D, MEM_BLOCK = 2048, 8, 512
+MEM_S, MEM_D, MEM_BLOCK = 1024, 8, 256
 WORK_S, WORK_D, WORK_BLOCK = 256, 8, 64
 FULL_SCORES = ("flash attention never builds the full S_q × S_k score matrix: it computes the scores one "
                "(query block, key block) tile at a time and holds at most a tile")
@@ -324,12 +324,12 @@ def _flash_cases(seed: int) -> list:
         s_q, s_k = r.randint(1, 13), r.randint(1, 13)
         add(f"random case {i + 1}", lead, s_q, s_k, r.choice([2, 4, 5, 8]), r.randint(1, 6),
             r.choice([1, 2, 3, 4, 5, 8]), causal=bool(i % 2))
-    gm = generator(2048)
+    gm = generator(1024)
     q, k, v = (randn(MEM_S, MEM_D, gen=gm) for _ in range(3))
     cases.append(Case(f"memory budget: q, k, v ({MEM_S}, {MEM_D}), block_size={MEM_BLOCK}, causal=False "
-                      f"(no tensor above S²/8 = {MEM_S * MEM_S // 8:,} elements)", (q, k, v),
+                      f"(no tensor above S²/4 = {MEM_S * MEM_S // 4:,} elements)", (q, k, v),
                       {"block_size": MEM_BLOCK}, tol=(1e-5, 1e-3),
-                      budget=Budget(numel=MEM_S * MEM_S // 8, seconds=3.0, why=FULL_SCORES)))
+                      budget=Budget(numel=MEM_S * MEM_S // 4, seconds=3.0, why=FULL_SCORES)))
     gw = generator(512)
     q, k, v = (randn(WORK_S, WORK_D, gen=gw) for _ in range(3))
     cases.append(Case(f"block skipping: q, k, v ({WORK_S}, {WORK_D}), block_size={WORK_BLOCK}, the work of "
@@ -586,7 +586,7 @@ FLASH_EXERCISE = Exercise(
     blocks that no query of the block can see are skipped: the check counts the matmul and exp
     work at S = 256, block_size = 64 (causal=True must do at most 80% of causal=False's work).
     A query that sees no key (S_q > S_k with causal) gets a zero output and lse = -inf.
-    Memory budget: at S = 2048, block_size = 512, no tensor may exceed S²/8 elements.
+    Memory budget: at S = 1024, block_size = 256, no tensor may exceed S²/4 elements.
     From scratch: torch.softmax and F.scaled_dot_product_attention are not allowed.
     """,
 )
