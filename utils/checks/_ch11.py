@@ -130,6 +130,7 @@ def _attention_cases(seed: int, causal: bool) -> list:
     if not causal:
         add("S_q ≠ S_k", (2,), 3, 8, 4, 4)
         add("a single query, many keys", (2,), 1, 9, 3, 2)
+        add("S_q = D_v", (2,), 4, 6, 3, 4)
     # eps = 0.5 is comparable to the normaliser φ(q)·Σφ(k) here, so it shows where eps goes
     add("a large eps (eps matters)", (2,), 5, 5, 2, 3, eps=0.5)
     add("gradients (float64) of a random loss of out", (2,), *pair(5), 4, 3, grad=True, dtype=F64)
@@ -155,8 +156,8 @@ def _linear(q, k, v, eps=1e-6, phi=_phi, normalise=True, eps_outside=False, phi_
     return num / den + eps if eps_outside else num / (den + eps)
 
 
-def _causal(q, k, v, eps=1e-6, phi=_phi, normalise=True, shift=0, causal_den=True, sum_dim=-3):
-    phi_q, phi_k = phi(q), phi(k)
+def _causal(q, k, v, eps=1e-6, phi=_phi, normalise=True, shift=0, causal_den=True, sum_dim=-3, phi_q=True):
+    phi_q, phi_k = (phi(q) if phi_q else q), phi(k)
     kv = (phi_k.unsqueeze(-1) * v.unsqueeze(-2)).cumsum(dim=sum_dim)  # (..., S, D, D_v)
     z = phi_k.cumsum(dim=sum_dim + 1)  # (..., S, D)
     if shift:  # exclusive prefix sums: keys j < i only
@@ -187,6 +188,16 @@ NO_EPS = "eps was not added to the normaliser (or the eps argument was ignored):
 PHI_ONLY_ON_KEYS = "φ was applied to k only: linear attention maps both q and k through φ = elu + 1 (φ(q) in the numerator and in the normaliser)."
 NORMALISER_MEAN = "the normaliser averaged φ(k_j) over the keys instead of summing them: divide by φ(q)·Σ_j φ(k_j) + eps (a sum, like the numerator's)."
 
+NO_KEEPDIM = ("the normaliser has shape (..., S_q) instead of (..., S_q, 1), so dividing the (..., S_q, D_v) "
+              "numerator by it broadcasts along the wrong dim: keep a trailing dim (keepdim=True or unsqueeze(-1)).")
+
+
+def _linear_no_keepdim(q, k, v, eps=1e-6):
+    fq, fk = _phi(q), _phi(k)
+    den = (fq * fk.sum(dim=-2, keepdim=True)).sum(dim=-1)  # (..., S_q): the trailing dim is gone
+    return (fq @ (fk.transpose(-2, -1) @ v)) / (den + eps)
+
+
 LINEAR_MUTANTS = [
     Mutant("missing_normaliser", MISSING_NORMALISER, lambda q, k, v, eps=1e-6: _linear(q, k, v, eps, normalise=False)),
     Mutant("relu_feature_map", RELU, lambda q, k, v, eps=1e-6: _linear(q, k, v, eps, phi=F.relu)),
@@ -200,6 +211,7 @@ LINEAR_MUTANTS = [
     Mutant("normaliser_mean", NORMALISER_MEAN, lambda q, k, v, eps=1e-6: _linear(q, k, v, eps, z_mean=True)),
     Mutant("softmax_attention", "this is softmax attention, softmax(q kᵀ/√D) v: linear attention replaces the softmax by the "
            "feature map, φ(q)(φ(k)ᵀv) / (φ(q)·Σ_j φ(k_j) + eps).", _softmax_attention),
+    Mutant("normaliser_without_keepdim", NO_KEEPDIM, _linear_no_keepdim),
     Mutant("quadratic_scores", QUADRATIC, _quadratic),
 ]
 
@@ -254,6 +266,9 @@ CAUSAL_MUTANTS = [
     Mutant("elu_without_plus_one", ELU_NO_PLUS_ONE, lambda q, k, v, eps=1e-6: _causal(q, k, v, eps, phi=F.elu)),
     Mutant("no_eps", NO_EPS, lambda q, k, v, eps=1e-6: _causal(q, k, v, 0.0)),
     Mutant("relu_feature_map", RELU, lambda q, k, v, eps=1e-6: _causal(q, k, v, eps, phi=F.relu)),
+    Mutant("phi_only_on_keys", PHI_ONLY_ON_KEYS, lambda q, k, v, eps=1e-6: _causal(q, k, v, eps, phi_q=False)),
+    Mutant("scaled_by_sqrt_d", "q was divided by sqrt(D) as in softmax attention: linear attention applies φ to q and k as they are.",
+           lambda q, k, v, eps=1e-6: _causal(q / math.sqrt(q.size(-1)), k, v, eps)),
     Mutant("quadratic_scores", QUADRATIC, lambda q, k, v, eps=1e-6: _quadratic(q, k, v, eps, causal=True)),
 ]
 
