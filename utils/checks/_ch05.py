@@ -1,13 +1,18 @@
-"""Checks for chapter 05 — self-attention and multi-head attention."""
+"""Checks for chapter 05 — self-attention and multi-head attention.
+
+The cases are built without the reference (the grader re-builds them in a process that has none):
+the parameters are drawn by name from the layouts the contracts state, and loaded into the
+learner's module, so any parameter-creation order gives the same module.
+"""
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import reference as ref
-from .._guard import ForbiddenCall, unguarded
-from ._core import Case, CheckFailure, Exercise, Mutant, build_module, generator, randn, rng
+from ._core import Case, Exercise, Mutant, Variant, build_module, describe, generator, largest_tensor, randn, rng
 from ._forbid import MHA, SDPA
 from ._registry import register
 
@@ -18,18 +23,522 @@ __all__ = [
     "check_merge_heads",
 ]
 
+F64 = torch.float64
+NEG_INF = float("-inf")
 
-def random_state(module: nn.Module, g: torch.Generator) -> dict:
-    """Random parameters for ``module``, by name: N(0, 1/fan_in) weights, N(0, 0.1²) biases.
 
-    Drawn from ``g`` (not from the module's own init), so the learner's module gets exactly the
-    reference's parameters whatever order it creates them in.
+_WARM = []
+
+
+def warm_dispatch_modes() -> None:
+    """Enter a TorchDispatchMode once, outside any budget (as chapter 06 does).
+
+    The first dispatch mode of a process imports part of torch (1-4 s on a busy machine); the
+    aten-level tripwire of the forbidden groups is such a mode, so without this the first check of
+    a kernel could spend that import inside the learner's time budget. Called from make_cases,
+    which runs before the clock starts. (A workaround: the core could do this itself.)
     """
+    if not _WARM:
+        largest_tensor(torch.zeros, 1)
+        _WARM.append(True)
+
+
+def random_state(layout, g: torch.Generator) -> dict:
+    """Random parameters by name: N(0, 1/fan_in) weights, N(0, 0.1²) biases.
+
+    ``layout``: {name: shape}, or a module whose state_dict gives it (chapter 06 passes one).
+    Drawn from ``g`` (not from the module's own init), so the learner's module gets exactly these
+    parameters whatever order it creates them in.
+    """
+    if isinstance(layout, nn.Module):
+        layout = {name: tuple(t.shape) for name, t in layout.state_dict().items()}
     state = {}
-    for name, t in module.state_dict().items():
-        scale = 1.0 / math.sqrt(t.shape[-1]) if t.dim() == 2 else 0.1
-        state[name] = randn(*t.shape, gen=g, scale=scale)
+    for name, shape in layout.items():
+        scale = 1.0 / math.sqrt(shape[-1]) if len(shape) == 2 else 0.1
+        state[name] = randn(*shape, gen=g, scale=scale)
     return state
+
+
+def _param_layout(cls, case: Case):
+    """Build the learner's module (no weights loaded) and list its state: [[name, shape], ...]."""
+    init = {k: v for k, v in case.init.items() if k != "state"}
+    module = build_module(cls, replace(case, init=init))
+    return sorted([name, list(t.shape)] for name, t in module.state_dict().items())
+
+
+def _judge_layout(what: str, expected: dict, hints: dict):
+    """Judge the parameter list against ``expected`` ({name: shape}); ``hints`` name the usual slips."""
+
+    def judge(got) -> str | None:
+        try:
+            mine = {str(name): [int(n) for n in shape] for name, shape in got}
+        except (TypeError, ValueError):
+            return "the module's parameters could not be listed."
+        where = f"{what} has parameters {sorted(mine)}"
+        has_bias = any(n.endswith(".bias") for n in mine)
+        wants_bias = any(n.endswith(".bias") for n in expected)
+        if has_bias and not wants_bias:
+            return f"{where}. Likely mistake: {hints['bias']}"
+        if wants_bias and not has_bias and set(n.replace('.bias', '.weight') for n in expected) <= set(mine):
+            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {hints['no_bias']}"
+        if set(mine) != set(expected):
+            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {hints['names']}"
+        for name, shape in expected.items():
+            if mine[name] != list(shape):
+                return f"{name} has shape {tuple(mine[name])}, expected {tuple(shape)}. Likely mistake: {hints['shapes']}"
+        return None
+
+    return judge
+
+
+def _f64(state: dict) -> dict:
+    return {k: v.to(F64) for k, v in state.items()}
+
+
+def _hide_best(scores: torch.Tensor) -> torch.Tensor:
+    """A mask (…, S_q, S_k) that hides the key with the largest score of every row."""
+    best = scores.argmax(dim=-1, keepdim=True)
+    return torch.ones(scores.shape, dtype=torch.bool).scatter(-1, best, False)
+
+
+# ---------------------------------------------------------------- SelfAttention
+def _sa_layout(d_model: int, d_k=None, d_v=None) -> dict:
+    d_k = d_model if d_k is None else d_k
+    d_v = d_k if d_v is None else d_v
+    return {"W_q.weight": (d_k, d_model), "W_k.weight": (d_k, d_model), "W_v.weight": (d_v, d_model)}
+
+
+SA_BIAS_HINT = "the projections have biases: create W_q, W_k and W_v with bias=False, as the exercise states."
+SA_NAMES_HINT = ("use the attribute names the exercise gives: self.W_q, self.W_k and self.W_v, each an nn.Linear, "
+                 "and no other parameters (the check loads its weights into them by name).")
+SA_SHAPES_HINT = ("d_k defaults to d_model and d_v to d_k (not to d_model): W_q, W_k = nn.Linear(d_model, d_k), "
+                  "W_v = nn.Linear(d_model, d_v); nn.Linear(in, out) stores a weight of shape (out, in).")
+SA_HINTS = {"bias": SA_BIAS_HINT, "no_bias": SA_NAMES_HINT, "names": SA_NAMES_HINT, "shapes": SA_SHAPES_HINT}
+
+
+def _sa_scores(state: dict, x: torch.Tensor) -> torch.Tensor:
+    q, k = x @ state["W_q.weight"].T.to(x.dtype), x @ state["W_k.weight"].T.to(x.dtype)
+    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
+def _self_attention_cases(seed: int) -> list:
+    """Parameter layout, typical sizes and masks, gradients (float64, fully masked row), edges."""
+    warm_dispatch_modes()
+    r, g = rng(seed), generator(seed)
+    cases = []
+    for ctor in ((8, 4), (6, 4, 5)):
+        cases.append(Case(f"the parameters of SelfAttention{ctor}: names and shapes", init={"ctor": ctor, "seed": seed},
+                          run=_param_layout, judge=_judge_layout(f"SelfAttention{ctor}", _sa_layout(*ctor), SA_HINTS)))
+
+    def add(label, B, S, d_model, d_k=None, d_v=None, mask=None, scale=1.0, grad=False, hide_best=False):
+        kwargs = {k: v for k, v in (("d_k", d_k), ("d_v", d_v)) if v is not None}
+        state = random_state(_sa_layout(d_model, d_k, d_v), g)
+        x = randn(B, S, d_model, gen=g, scale=scale)
+        if hide_best:
+            mask = _hide_best(_sa_scores(state, x))
+        if grad:
+            x, state = x.to(F64), _f64(state)
+        dims = f"x {tuple(x.shape)}, SelfAttention({d_model}" + "".join(f", {k}={v}" for k, v in kwargs.items()) + ")"
+        if mask is not None:
+            dims += f", mask {tuple(mask.shape)}"
+        if grad:
+            label = f"gradients (float64) for x, W_q, W_k, W_v, {label}"
+        init = {"ctor": (d_model,), "ctor_kwargs": kwargs, "seed": seed, "state": state}
+        cases.append(Case(f"{label}: {dims}", (x,), {"mask": mask} if mask is not None else {}, init=init, grad=grad))
+
+    add("d_k < d_model, d_v defaults to d_k", 2, 5, 8, d_k=4)
+    add("d_k ≠ d_v ≠ d_model", 3, 4, 6, d_k=4, d_v=5)
+    add("d_k = d_v = d_model", 2, 5, 8)
+    add("causal mask (S, S)", 2, 6, 8, d_k=4, mask=torch.ones(6, 6, dtype=torch.bool).tril())
+    kp = torch.ones(3, 1, 5, dtype=torch.bool)
+    kp[1, :, 3:] = False
+    add("key padding mask (B, 1, S)", 3, 5, 8, d_k=6, mask=kp)
+    add("no mask", 2, 4, 6, d_k=3, d_v=5, grad=True)
+    gm = torch.rand(2, 5, 5, generator=g) > 0.4
+    gm[..., 0] = True
+    gm[0, 2] = False  # a fully masked query row
+    gm[1, 3, :3] = False  # a row whose leading keys are masked
+    add("a fully masked row and leading masked keys", 2, 5, 6, d_k=4, d_v=3, mask=gm, grad=True)
+    add("d_v given, d_k defaults to d_model", 1, 5, 5, d_v=3)
+    add("a single position (S = 1)", 2, 1, 6, d_k=3)
+    m = torch.rand(2, 5, 5, generator=g) > 0.4
+    m[..., 0] = True
+    m[0, 2] = False
+    add("mask (B, S, S) with a fully masked query row", 2, 5, 7, d_k=5, d_v=3, mask=m)
+    lead = torch.ones(6, 6, dtype=torch.bool)
+    lead[:, :3] = False
+    add("the first 3 keys masked in every row", 2, 6, 6, d_k=4, mask=lead)
+    add("the key with the largest score is masked in every row", 2, 5, 8, d_k=4, scale=3.0, hide_best=True)
+    add("large-magnitude inputs", 2, 6, 16, d_k=8, scale=6.0)
+    for i in range(4):  # random shapes, odd sizes included
+        B, S, d_model = r.randint(1, 3), r.randint(1, 9), r.choice([3, 5, 8, 12])
+        d_k = r.choice([None, 2, 4, 7])
+        d_v = r.choice([None, 1, 3, 6])
+        mask = None
+        if i % 2:
+            mask = torch.rand(B, S, S, generator=g) > 0.4
+            mask[..., 0] = True
+        add(f"random case {i + 1}", B, S, d_model, d_k, d_v, mask=mask)
+    return cases
+
+
+def _sa_rescale(case: Case, c: float) -> Case:
+    """The same case with every score multiplied by c (W_q scaled by c)."""
+    if "state" not in case.init:
+        return case
+    state = dict(case.init["state"])
+    state["W_q.weight"] = state["W_q.weight"] * c
+    return replace(case, init={**case.init, "state": state})
+
+
+def _sa_scale_names(case: Case) -> dict:
+    state = case.init.get("state", {})
+    d_k, d_model = state["W_q.weight"].shape if state else (1, 1)
+    d_v = state["W_v.weight"].shape[0] if state else 1
+    S = case.args[0].size(1) if case.args else 1
+    return {"1/sqrt(d_k)": 1 / math.sqrt(d_k), "1 (no scaling)": 1.0, "1/sqrt(d_model)": 1 / math.sqrt(d_model),
+            "1/d_k": 1 / d_k, "1/sqrt(d_v)": 1 / math.sqrt(d_v), "1/sqrt(q.size(1)) = 1/sqrt(S)": 1 / math.sqrt(S),
+            "sqrt(d_k)": math.sqrt(d_k)}
+
+
+class _SelfAttentionMistake(nn.Module):
+    """Self-attention written plainly, with one knob turned; each subclass below is one known mistake."""
+
+    scale_by = "d_k"
+    softmax_dim = -1
+    mask_mode = "before"  # "before" the softmax (correct), "after" it, "ignored", "additive"
+    bias = False
+    d_v_default = "d_k"
+    project_v = True
+    inplace_fix = False
+    batched_T = False
+
+    def __init__(self, d_model, d_k=None, d_v=None):
+        super().__init__()
+        d_k = d_model if d_k is None else d_k
+        d_v = (d_k if self.d_v_default == "d_k" else d_model) if d_v is None else d_v
+        self.d_k, self.d_v, self.d_model = d_k, d_v, d_model
+        self.W_q = nn.Linear(d_model, d_k, bias=self.bias)
+        self.W_k = nn.Linear(d_model, d_k, bias=self.bias)
+        self.W_v = nn.Linear(d_model, d_v, bias=self.bias)
+
+    def forward(self, x, mask=None):
+        q, k = self.W_q(x), self.W_k(x)
+        v = self.W_v(x) if self.project_v else x
+        d = {"d_k": self.d_k, "d_model": self.d_model, "d_v": self.d_v, "none": 1, "size1": q.size(1)}[self.scale_by]
+        kt = k.T if self.batched_T else k.transpose(-2, -1)
+        scores = q @ kt / math.sqrt(d)
+        if mask is not None and self.mask_mode == "before":
+            scores = scores.masked_fill(~mask, NEG_INF)
+        if mask is not None and self.mask_mode == "additive":
+            scores = scores + torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, NEG_INF)
+        w = torch.softmax(scores, dim=self.softmax_dim)
+        if self.inplace_fix:
+            w[w.isnan()] = 0.0
+        else:
+            w = w.nan_to_num(0.0)
+        if mask is not None and self.mask_mode == "after":
+            w = w * mask
+        return w @ v, w
+
+
+def _variant(base, name, **attrs):
+    return type(name, (base,), attrs)
+
+
+def _sa(**attrs):
+    return _variant(_SelfAttentionMistake, "SelfAttention", **attrs)
+
+
+INPLACE_HINT = ("an in-place edit of the softmax's output (such as `w[w.isnan()] = 0`) gives the right forward "
+                "values but breaks autograd, which needs that output for the backward pass: build a new tensor "
+                "instead (torch.where(..., 0.0, w) or w.nan_to_num(0.0)).")
+ADDITIVE_HINT = ("the mask was added as a -inf bias (scores + bias): in a fully masked row the softmax's NaN then "
+                 "flows back through the addition into the gradients. Fill the masked scores with masked_fill or "
+                 "torch.where, which sends no gradient to them.")
+BATCHED_T_HINT = ("`.T` reverses *every* dimension of a batched tensor (a (B, S, D) key becomes (D, S, B)); "
+                  "swap only the last two with k.transpose(-2, -1).")
+WRONG_DIM_HINT = ("the softmax was taken over the query dim (-2) instead of the key dim (-1): each row of weights "
+                  "must sum to 1.")
+MASK_AFTER_HINT = ("the mask was applied after the softmax, so the remaining weights no longer sum to 1: mask the "
+                   "scores with -inf before the softmax.")
+
+# Diagnosis order: gradient-only mistakes, then crashes, then the rest (see MHA_MUTANTS below);
+# the parameter-layout mistakes, named by the judged first cases, last.
+SELF_ATTENTION_MUTANTS = [
+    Mutant("inplace_nan_fix", INPLACE_HINT, _sa(inplace_fix=True)),
+    Mutant("additive_inf_bias", ADDITIVE_HINT, _sa(mask_mode="additive")),
+    Mutant("batched_T", BATCHED_T_HINT, _sa(batched_T=True)),
+    Mutant("no_scaling", "the scores were not divided by sqrt(d_k).", _sa(scale_by="none")),
+    Mutant("scale_by_sqrt_d_model", "the scores were divided by sqrt(d_model) instead of sqrt(d_k), the size of the projected q and k.",
+           _sa(scale_by="d_model")),
+    Mutant("scale_by_sqrt_d_v", "the scores were divided by sqrt(d_v) (the size of v) instead of sqrt(d_k) (the size of q and k).",
+           _sa(scale_by="d_v")),
+    Mutant("scale_by_q_size_1", "the scores were divided by sqrt(q.size(1)), which is S (the number of positions) for q (B, S, d_k): the scale is 1/sqrt(q.size(-1)) = 1/sqrt(d_k).",
+           _sa(scale_by="size1")),
+    Mutant("softmax_wrong_dim", WRONG_DIM_HINT, _sa(softmax_dim=-2)),
+    Mutant("mask_ignored", "the mask was ignored: fill the scores with -inf where the mask is False, before the softmax.",
+           _sa(mask_mode="ignored")),
+    Mutant("mask_after_softmax", MASK_AFTER_HINT, _sa(mask_mode="after")),
+    Mutant("values_not_projected", "the weights were applied to x itself: the values are W_v(x), out = weights @ W_v(x).",
+           _sa(project_v=False)),
+    Mutant("with_bias", SA_BIAS_HINT, _sa(bias=True)),
+    Mutant("d_v_defaults_to_d_model", SA_SHAPES_HINT, _sa(d_v_default="d_model")),
+]
+
+
+class _VSelfAttentionEinsum(nn.Module):
+    """W_v created first, then W_k, then W_q; einsum; torch.where for the mask; assert on the sizes."""
+
+    def __init__(self, d_model, d_k=None, d_v=None):
+        super().__init__()
+        d_k = d_k or d_model
+        d_v = d_v or d_k
+        assert d_model > 0 and d_k > 0 and d_v > 0  # an assert instead of ValueError is fine
+        self.W_v = nn.Linear(d_model, d_v, bias=False)
+        self.W_k = nn.Linear(d_model, d_k, bias=False)
+        self.W_q = nn.Linear(d_model, d_k, bias=False)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        scores = torch.einsum("bid,bjd->bij", q, k) * q.shape[-1] ** -0.5  # (B, S, S)
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.tensor(NEG_INF, dtype=scores.dtype))
+        w = torch.softmax(scores, dim=-1)
+        w = torch.where(torch.isnan(w), torch.zeros_like(w), w)
+        return torch.einsum("bij,bjd->bid", w, v), w
+
+
+class _VSelfAttentionFloat64Loops(nn.Module):
+    """Float64 inside, F.linear on the weights, a hand-written softmax, a loop over the batch."""
+
+    def __init__(self, d_model, d_k=None, d_v=None):
+        super().__init__()
+        self.d_k = d_model if d_k is None else d_k
+        d_v = self.d_k if d_v is None else d_v
+        self.W_k = nn.Linear(d_model, self.d_k, bias=False)
+        self.W_q = nn.Linear(d_model, self.d_k, bias=False)
+        self.W_v = nn.Linear(d_model, d_v, bias=False)
+
+    def forward(self, x, mask=None):
+        B, S, _ = x.shape
+        full = torch.ones(B, S, S, dtype=torch.bool) if mask is None else mask.expand(B, S, S)
+        outs, ws = [], []
+        for b in range(B):
+            xb = x[b].double()  # (S, d_model)
+            q = F.linear(xb, self.W_q.weight.double())
+            k = F.linear(xb, self.W_k.weight.double())
+            v = F.linear(xb, self.W_v.weight.double())
+            s = (q @ k.t()) / math.sqrt(self.d_k)  # (S, S)
+            s = s.masked_fill(~full[b], NEG_INF)
+            m = s.amax(dim=-1, keepdim=True)
+            e = torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+            w = e / e.sum(dim=-1, keepdim=True).clamp_min(1e-300)
+            outs.append(w @ v)
+            ws.append(w)
+        return torch.stack(outs).to(x.dtype), torch.stack(ws).to(x.dtype)
+
+
+SELF_ATTENTION_EXERCISE = Exercise(
+    name="SelfAttention",
+    reference=ref.SelfAttention,
+    make_cases=_self_attention_cases,
+    kind="class",
+    forbidden=(SDPA, MHA),
+    mutants=SELF_ATTENTION_MUTANTS,
+    variants=[Variant("other_parameter_order_einsum_assert", _VSelfAttentionEinsum),
+              Variant("float64_loops_over_batch", _VSelfAttentionFloat64Loops)],
+    output_names=("out", "weights"),
+    input_names=("x",),
+    rescale=_sa_rescale,
+    scale_names=_sa_scale_names,
+    contract="""Single-head self-attention: out = softmax(q kᵀ / sqrt(d_k)) v, q, k, v linear maps of x.
+
+    Parameters (the check loads its weights into them by name; no other parameters or buffers):
+        W_q, W_k: nn.Linear(d_model, d_k, bias=False)   W_v: nn.Linear(d_model, d_v, bias=False)
+        d_k defaults to d_model, d_v defaults to d_k. No output projection.
+    forward(x, mask=None):
+        x: (B, S, d_model)   mask: bool, broadcastable to (B, S, S), True = may attend; or None
+        returns out (B, S, d_v) and weights (B, S, S); a fully masked query row gets zero
+        weights and a zero output.
+    Later chapters train through this module, so its gradients (for x and every parameter) are
+    checked too, in float64: no in-place edits of tensors autograd needs.
+    """,
+)
+check_SelfAttention = register(SELF_ATTENTION_EXERCISE)
+
+
+# ---------------------------------------------------------------- MultiHeadAttention
+def _mha_layout(d_model: int, bias: bool = True) -> dict:
+    layout = {}
+    for n in "qkvo":
+        layout[f"W_{n}.weight"] = (d_model, d_model)
+        if bias:
+            layout[f"W_{n}.bias"] = (d_model,)
+    return layout
+
+
+MHA_BIAS_HINT = ("`bias` was ignored: with bias=False, create W_q, W_k, W_v and W_o as nn.Linear(d_model, d_model, "
+                 "bias=bias), with no bias.")
+MHA_NO_BIAS_HINT = "the projections have no bias: with bias=True (the default), nn.Linear(d_model, d_model, bias=bias) has one."
+MHA_NAMES_HINT = ("use the attribute names the exercise gives: self.W_q, self.W_k, self.W_v and self.W_o, each an "
+                  "nn.Linear(d_model, d_model), and no other parameters (the check loads its weights by name).")
+MHA_HINTS = {"bias": MHA_BIAS_HINT, "no_bias": MHA_NO_BIAS_HINT, "names": MHA_NAMES_HINT, "shapes": MHA_NAMES_HINT}
+
+
+def _mha_scores_by_hand(state: dict, query, key, H: int) -> torch.Tensor:
+    """Per-head scores (B, H, S_q, S_k), written out here (no reference in the grader's re-run)."""
+    def proj(x, n):
+        y = x @ state[f"W_{n}.weight"].T
+        return y + state[f"W_{n}.bias"] if f"W_{n}.bias" in state else y
+
+    def split(t):
+        B, S, D = t.shape
+        return t.view(B, S, H, D // H).transpose(1, 2)
+
+    q, k = split(proj(query, "q")), split(proj(key, "k"))
+    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
+# Training-mode dropout probe: W_q = W_k = 0 (uniform weights 1/S_k), W_v = W_o = I, value = 1,
+# so out[b, i, head h's block] = the row sum of head h's dropped weights.
+_DROP_B, _DROP_S, _DROP_D, _DROP_H, _DROP_P = 2, 32, 4, 2, 0.5
+
+
+def _dropout_probe_state() -> dict:
+    d = _DROP_D
+    return {"W_q.weight": torch.zeros(d, d), "W_q.bias": torch.zeros(d), "W_k.weight": torch.zeros(d, d),
+            "W_k.bias": torch.zeros(d), "W_v.weight": torch.eye(d), "W_v.bias": torch.zeros(d),
+            "W_o.weight": torch.eye(d), "W_o.bias": torch.zeros(d)}
+
+
+def _run_training(cls, case: Case):
+    module = build_module(cls, case)
+    module.train()
+    return module(*case.args, **case.kwargs)
+
+
+DROPOUT_IGNORED = ("in training mode with dropout=0.5 no attention weight was dropped: apply nn.Dropout(dropout) to "
+                   "the weights (after the softmax, before weights @ v).")
+DROPOUT_NOT_RESCALED = "dropout zeroed weights but did not rescale the kept ones by 1/(1 - dropout): nn.Dropout does both."
+DROPOUT_ON_OUTPUT = ("dropout was applied to the output, not to the attention weights: drop entries of the weights "
+                     "and compute out from the dropped weights.")
+DROPOUT_NOT_RETURNED = ("the returned weights are the ones before dropout, but out was computed from the dropped "
+                        "ones: return the dropped weights, so that out is exactly what they produce.")
+
+
+def _judge_mha_dropout(got) -> str | None:
+    where = f"MultiHeadAttention({_DROP_D}, num_heads={_DROP_H}, dropout={_DROP_P}) in training mode (model.train())"
+    B, S, D, H = _DROP_B, _DROP_S, _DROP_D, _DROP_H
+    if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
+        return f"{where} should return (out, weights), got {describe(got)}."
+    out, w = (t.detach().double() for t in got)
+    if tuple(out.shape) != (B, S, D) or tuple(w.shape) != (B, H, S, S):
+        return f"{where}: expected out {(B, S, D)} and weights {(B, H, S, S)}, got {tuple(out.shape)} and {tuple(w.shape)}."
+    zero = (w == 0).double().mean().item()
+    out_const = bool(torch.allclose(out, torch.ones_like(out), atol=1e-6))
+    if zero < 0.05:
+        blocks = out.view(B, S, H, D // H)
+        block_const = bool(torch.allclose(blocks, blocks[..., :1].expand_as(blocks), atol=1e-6))
+        hint = DROPOUT_IGNORED if out_const else DROPOUT_NOT_RETURNED if block_const else DROPOUT_ON_OUTPUT
+        return (f"{where}: {100 * zero:.0f}% of the weights are zero, expected about 50%. "
+                f"Likely mistake: {hint}")
+    if zero > 0.9:
+        return f"{where}: {100 * zero:.0f}% of the weights are zero, expected about 50%."
+    sums = w.sum(-1).transpose(1, 2).repeat_interleave(D // H, dim=-1)  # (B, S, D): head h's row sums
+    if not torch.allclose(out, sums, atol=1e-4, rtol=1e-4):
+        if torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)), atol=1e-4) or zero < 0.05:
+            return f"{where}: out does not match the returned weights. Likely mistake: {DROPOUT_NOT_RETURNED}"
+        return f"{where}: out is not what the returned weights produce (weights @ v, heads merged, W_o)."
+    kept = w[w != 0]
+    if bool(torch.allclose(kept, torch.full_like(kept, 1.0 / S), rtol=1e-4)):
+        return f"{where}: the kept weights are still 1/S_k. Likely mistake: {DROPOUT_NOT_RESCALED}"
+    if not bool(torch.allclose(kept, torch.full_like(kept, 1.0 / (S * (1 - _DROP_P))), rtol=1e-4)):
+        return f"{where}: the kept weights should be rescaled by 1/(1 - dropout)."
+    return None
+
+
+def _mha_cases(seed: int) -> list:
+    """Parameter layout, typical attention, masks, gradients (float64), edges, training dropout."""
+    warm_dispatch_modes()
+    r, g = rng(seed), generator(seed)
+    cases = []
+    for ctor, bias in (((12, 3), True), ((8, 2, 0.0, False), False)):
+        cases.append(Case(f"the parameters of MultiHeadAttention{ctor}: names and shapes",
+                          init={"ctor": ctor, "seed": seed}, run=_param_layout,
+                          judge=_judge_layout(f"MultiHeadAttention{ctor}", _mha_layout(ctor[0], bias), MHA_HINTS)))
+
+    def add(label, B, s_q, s_k, d_model, H, mask=None, dropout=0.0, bias=True, kind="cross", scale=1.0,
+            grad=False, hide_best=False):
+        state = random_state(_mha_layout(d_model, bias), g)
+        query = randn(B, s_q, d_model, gen=g, scale=scale)
+        if kind == "self":  # self-attention: query, key and value are the same tensor
+            key = value = query
+        elif kind == "memory":  # cross-attention over one memory: key is value
+            key = value = randn(B, s_k, d_model, gen=g, scale=scale)
+        else:  # key and value differ
+            key = randn(B, s_k, d_model, gen=g, scale=scale)
+            value = randn(B, s_k, d_model, gen=g)
+        if hide_best:  # hide the key with the largest score (over the heads) of every query
+            mask = _hide_best(_mha_scores_by_hand(state, query, key, H).amax(dim=1, keepdim=True))
+        if grad:
+            query, key, value, state = query.to(F64), key.to(F64), value.to(F64), _f64(state)
+            label = f"gradients (float64) for query, key, value and every parameter, {label}"
+        ctor_kwargs = {}
+        if dropout:
+            ctor_kwargs["dropout"] = dropout
+        if not bias:
+            ctor_kwargs["bias"] = False
+        dims = (f"query {tuple(query.shape)}, key/value {tuple(key.shape)}"
+                if kind != "self" else f"query = key = value {tuple(query.shape)}")
+        dims += f", MultiHeadAttention({d_model}, num_heads={H}" + "".join(f", {k}={v}" for k, v in ctor_kwargs.items()) + ")"
+        if mask is not None:
+            dims += f", mask {tuple(mask.shape)}"
+        init = {"ctor": (d_model, H), "ctor_kwargs": ctor_kwargs, "seed": seed, "state": state}
+        cases.append(Case(f"{label}: {dims}", (query, key, value), {"mask": mask} if mask is not None else {},
+                          init=init, grad=grad))
+
+    add("self-attention", 2, 5, 5, 8, 2, kind="self")
+    add("one query, many keys (a decoding step)", 3, 1, 5, 6, 2)
+    add("cross-attention, S_q ≠ S_k, key = value", 2, 3, 6, 8, 2, kind="memory")
+    add("cross-attention, key ≠ value", 2, 4, 7, 12, 3)
+    add("key padding mask (B, 1, 1, S_k)", 3, 4, 6, 8, 2, mask=_key_padding(3, 6, g))
+    add("causal mask (S, S) over (B, H)", 2, 6, 6, 8, 4, mask=torch.ones(6, 6, dtype=torch.bool).tril(), kind="self")
+    add("dropout=0.3 in eval mode (model.eval())", 2, 5, 4, 8, 2, dropout=0.3)
+    add("bias=False", 2, 4, 6, 8, 2, bias=False)
+    add("no mask", 2, 3, 4, 6, 2, grad=True)
+    gm = torch.rand(2, 1, 4, 5, generator=g) > 0.4
+    gm[..., 0] = True
+    gm[0, 0, 1] = False  # a fully masked query row
+    gm[1, 0, 2, :3] = False  # a row whose leading keys are masked
+    add("a fully masked row and leading masked keys", 2, 4, 5, 6, 3, mask=gm, grad=True)
+    add("one query, one key (S = 1)", 2, 1, 1, 8, 4)
+    add("a single head (H = 1)", 2, 4, 5, 6, 1)
+    add("heads of size 1 (D_h = 1)", 2, 5, 3, 4, 4)
+    add("odd sizes, D_h = 3, S = H", 1, 5, 5, 15, 5, kind="self")
+    m = torch.rand(2, 1, 5, 7, generator=g) > 0.4
+    m[..., 0] = True
+    m[0, 0, 2] = False
+    add("mask (B, 1, S_q, S_k) with a fully masked query row", 2, 5, 7, 12, 3, mask=m)
+    lead = torch.ones(4, 6, dtype=torch.bool)
+    lead[:, :4] = False
+    add("the first 4 keys masked in every row", 2, 4, 6, 8, 2, mask=lead)
+    add("the key with the largest score is masked for every query", 2, 4, 5, 8, 2, scale=3.0, hide_best=True)
+    add("large-magnitude inputs", 2, 5, 6, 16, 4, scale=4.0)
+    add("a sequence that is all padding", 3, 3, 5, 8, 2, mask=_key_padding(3, 5, g, pad_all=True), kind="memory")
+    for i in range(2):  # random shapes, odd sizes included
+        H, d_h = r.choice([1, 2, 3, 4]), r.choice([1, 2, 3, 5])
+        B, s_q, s_k = r.randint(1, 3), r.randint(1, 7), r.randint(1, 7)
+        mask = _key_padding(B, s_k, g) if i % 2 else None
+        add(f"random case {i + 1}", B, s_q, s_k, H * d_h, H, mask=mask)
+    ones = torch.ones(_DROP_B, _DROP_S, _DROP_D)
+    cases.append(Case(f"dropout={_DROP_P} in training mode (model.train()): query = key = value = ones "
+                      f"{tuple(ones.shape)}, MultiHeadAttention({_DROP_D}, num_heads={_DROP_H}, dropout={_DROP_P}) "
+                      "with W_q = W_k = 0 (uniform weights), W_v = W_o = I",
+                      (ones, ones, ones), init={"ctor": (_DROP_D, _DROP_H), "ctor_kwargs": {"dropout": _DROP_P},
+                                                "seed": seed, "state": _dropout_probe_state()},
+                      run=_run_training, judge=_judge_mha_dropout))
+    return cases
 
 
 def _key_padding(batch: int, s_k: int, g: torch.Generator, pad_all: bool = False) -> torch.Tensor:
@@ -42,252 +551,242 @@ def _key_padding(batch: int, s_k: int, g: torch.Generator, pad_all: bool = False
     return mask[:, None, None, :]
 
 
-# ---------------------------------------------------------------- SelfAttention
-def _self_attention_cases(seed: int) -> list:
-    r, g = rng(seed), generator(seed)
-    cases = []
-
-    def add(label, B, S, d_model, d_k=None, d_v=None, mask=None, scale=1.0):
-        kwargs = {k: v for k, v in (("d_k", d_k), ("d_v", d_v)) if v is not None}
-        module = unguarded(ref.SelfAttention)(d_model, **kwargs)
-        x = randn(B, S, d_model, gen=g, scale=scale)
-        dims = f"x {tuple(x.shape)}, SelfAttention({d_model}" + "".join(f", {k}={v}" for k, v in kwargs.items()) + ")"
-        if mask is not None:
-            dims += f", mask {tuple(mask.shape)}"
-        init = {"ctor": (d_model,), "ctor_kwargs": kwargs, "seed": seed, "state": random_state(module, g)}
-        cases.append(Case(f"{label}: {dims}", (x,), {"mask": mask} if mask is not None else {}, init=init))
-
-    add("d_k = d_v = d_model", 2, 5, 8)
-    add("d_k < d_model", 2, 6, 8, d_k=4)
-    add("d_k ≠ d_v ≠ d_model", 3, 4, 6, d_k=4, d_v=5)
-    add("d_v given, d_k defaults to d_model", 1, 5, 5, d_v=3)
-    add("a single position (S = 1)", 2, 1, 6, d_k=3)
-    add("large-magnitude inputs", 2, 6, 16, d_k=8, scale=6.0)
-    add("causal mask (S, S)", 2, 6, 8, d_k=4, mask=torch.ones(6, 6, dtype=torch.bool).tril())
-    kp = torch.ones(3, 1, 5, dtype=torch.bool)
-    kp[1, :, 3:] = False
-    add("key padding mask (B, 1, S)", 3, 5, 8, d_k=6, mask=kp)
-    m = torch.rand(2, 5, 5, generator=g) > 0.4
-    m[..., 0] = True
-    m[0, 2] = False
-    add("mask (B, S, S) with a fully masked query row", 2, 5, 7, d_k=5, d_v=3, mask=m)
-    for i in range(5):  # random shapes, odd sizes included
-        B, S, d_model = r.randint(1, 3), r.randint(1, 9), r.choice([3, 5, 8, 12])
-        d_k = r.choice([None, 2, 4, 7])
-        d_v = r.choice([None, 1, 3, 6])
-        mask = None
-        if i % 2:
-            mask = torch.rand(B, S, S, generator=g) > 0.4
-            mask[..., 0] = True
-        add(f"random case {i + 1}", B, S, d_model, d_k, d_v, mask=mask)
-    return cases
+def _mha_rescale(case: Case, c: float) -> Case:
+    """The same case with every score multiplied by c (W_q's weight and bias scaled by c)."""
+    if "state" not in case.init:
+        return case
+    state = dict(case.init["state"])
+    for name in ("W_q.weight", "W_q.bias"):
+        if name in state:
+            state[name] = state[name] * c
+    return replace(case, init={**case.init, "state": state})
 
 
-_SelfAttention = unguarded(ref.SelfAttention)
+def _mha_scale_names(case: Case) -> dict:
+    d_model, H = case.init.get("ctor", (1, 1))[:2]
+    d_h = d_model // H
+    s_k = case.args[1].size(1) if len(case.args) > 1 else 1
+    return {"1/sqrt(D_h)": 1 / math.sqrt(d_h), "1 (no scaling)": 1.0, "1/sqrt(d_model)": 1 / math.sqrt(d_model),
+            "1/D_h": 1 / d_h, "1/sqrt(num_heads) (q.size(1))": 1 / math.sqrt(H), "1/sqrt(S_k)": 1 / math.sqrt(s_k),
+            "sqrt(D_h)": math.sqrt(d_h)}
 
 
-class _SelfAttentionVariant(_SelfAttention):
-    """The reference with one knob turned; each subclass below is one known mistake."""
+class _MHAMistake(nn.Module):
+    """Multi-head attention written plainly, with one knob turned; each subclass is one known mistake."""
 
-    scale_dim = "d_k"
+    scale_by = "d_head"
     softmax_dim = -1
-    mask_mode = "before"  # "before" the softmax (correct), "after" it, or "ignored"
-
-    def forward(self, x, mask=None):
-        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
-        d = {"d_k": self.d_k, "d_model": self.W_q.in_features, "none": 1}[self.scale_dim]
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
-        if mask is not None and self.mask_mode == "before":
-            scores = scores.masked_fill(~mask, float("-inf"))
-        w = torch.softmax(scores, dim=self.softmax_dim).nan_to_num(0.0)
-        if mask is not None and self.mask_mode == "after":
-            w = w * mask
-        return w @ v, w
-
-
-def _variant(base, name, **attrs):
-    return type(name, (base,), attrs)
-
-
-SELF_ATTENTION_MUTANTS = [
-    Mutant("no_scaling", "the scores were not divided by sqrt(d_k).",
-           _variant(_SelfAttentionVariant, "SelfAttention", scale_dim="none")),
-    Mutant("scale_by_sqrt_d_model", "the scores were divided by sqrt(d_model) instead of sqrt(d_k), the size of the projected q and k.",
-           _variant(_SelfAttentionVariant, "SelfAttention", scale_dim="d_model")),
-    Mutant("softmax_wrong_dim", "the softmax was taken over the query dim (-2) instead of the key dim (-1): each row of weights must sum to 1.",
-           _variant(_SelfAttentionVariant, "SelfAttention", softmax_dim=-2)),
-    Mutant("mask_ignored", "the mask was ignored: fill the scores with -inf where the mask is False, before the softmax.",
-           _variant(_SelfAttentionVariant, "SelfAttention", mask_mode="ignored")),
-    Mutant("mask_after_softmax", "the mask was applied after the softmax, so the remaining weights no longer sum to 1: mask the scores with -inf before the softmax.",
-           _variant(_SelfAttentionVariant, "SelfAttention", mask_mode="after")),
-]
-
-SELF_ATTENTION_EXERCISE = Exercise(
-    name="SelfAttention",
-    reference=ref.SelfAttention,
-    make_cases=_self_attention_cases,
-    kind="class",
-    forbidden=(SDPA, MHA),
-    mutants=SELF_ATTENTION_MUTANTS,
-    output_names=("out", "weights"),
-)
-check_SelfAttention = register(SELF_ATTENTION_EXERCISE)
-
-
-# ---------------------------------------------------------------- MultiHeadAttention.forward
-def _mha_cases(seed: int) -> list:
-    r, g = rng(seed), generator(seed)
-    cases = []
-
-    def add(label, B, s_q, s_k, d_model, H, mask=None, dropout=0.0, bias=True, kind="cross", scale=1.0):
-        module = unguarded(ref.MultiHeadAttention)(d_model, H, dropout, bias)
-        query = randn(B, s_q, d_model, gen=g, scale=scale)
-        if kind == "self":  # self-attention: query, key and value are the same tensor
-            key = value = query
-        elif kind == "memory":  # cross-attention over one memory: key is value
-            key = value = randn(B, s_k, d_model, gen=g, scale=scale)
-        else:  # key and value differ
-            key = randn(B, s_k, d_model, gen=g, scale=scale)
-            value = randn(B, s_k, d_model, gen=g)
-        ctor_kwargs = {}
-        if dropout:
-            ctor_kwargs["dropout"] = dropout
-        if not bias:
-            ctor_kwargs["bias"] = False
-        dims = (f"query {tuple(query.shape)}, key/value {tuple(key.shape)}"
-                if kind != "self" else f"query = key = value {tuple(query.shape)}")
-        dims += f", MultiHeadAttention({d_model}, num_heads={H}" + "".join(f", {k}={v}" for k, v in ctor_kwargs.items()) + ")"
-        if mask is not None:
-            dims += f", mask {tuple(mask.shape)}"
-        init = {"ctor": (d_model, H), "ctor_kwargs": ctor_kwargs, "seed": seed, "state": random_state(module, g)}
-        cases.append(Case(f"{label}: {dims}", (query, key, value), {"mask": mask} if mask is not None else {}, init=init))
-
-    add("self-attention", 2, 5, 5, 8, 2, kind="self")
-    add("cross-attention, S_q ≠ S_k, key = value", 2, 3, 6, 8, 2, kind="memory")
-    add("cross-attention, key ≠ value", 2, 4, 7, 12, 3)
-    add("one query, one key (S = 1)", 2, 1, 1, 8, 4)
-    add("one query, many keys (a decoding step)", 3, 1, 5, 6, 2)
-    add("a single head (H = 1)", 2, 4, 5, 6, 1)
-    add("heads of size 1 (D_h = 1)", 2, 5, 3, 4, 4)
-    add("odd sizes, D_h = 3", 1, 7, 5, 15, 5)
-    add("bias=False", 2, 4, 6, 8, 2, bias=False)
-    add("dropout=0.3 in eval mode", 2, 5, 4, 8, 2, dropout=0.3)
-    add("large-magnitude inputs", 2, 5, 6, 16, 4, scale=4.0)
-    add("key padding mask (B, 1, 1, S_k)", 3, 4, 6, 8, 2, mask=_key_padding(3, 6, g))
-    add("causal mask (S, S) over (B, H)", 2, 6, 6, 8, 4, mask=torch.ones(6, 6, dtype=torch.bool).tril(), kind="self")
-    m = torch.rand(2, 1, 5, 7, generator=g) > 0.4
-    m[..., 0] = True
-    m[0, 0, 2] = False
-    add("mask (B, 1, S_q, S_k) with a fully masked query row", 2, 5, 7, 12, 3, mask=m)
-    add("a sequence that is all padding", 3, 3, 5, 8, 2, mask=_key_padding(3, 5, g, pad_all=True), kind="memory")
-    for i in range(4):  # random shapes, odd sizes included
-        H, d_h = r.choice([1, 2, 3, 4]), r.choice([1, 2, 3, 5])
-        B, s_q, s_k = r.randint(1, 3), r.randint(1, 7), r.randint(1, 7)
-        mask = _key_padding(B, s_k, g) if i % 2 else None
-        add(f"random case {i + 1}", B, s_q, s_k, H * d_h, H, mask=mask)
-    return cases
-
-
-_MHA = unguarded(ref.MultiHeadAttention)
-
-
-def _split_view_no_transpose(self, x):
-    B, S, _ = x.shape
-    return x.reshape(B, self.num_heads, S, self.d_head)
-
-
-def _merge_view_no_transpose(self, x):
-    B, H, S, D_h = x.shape
-    return x.reshape(B, S, H * D_h)
-
-
-class _MHAVariant(_MHA):
-    """The reference forward with one knob turned; each subclass below is one known mistake."""
-
-    scale_dim = "d_head"
-    softmax_dim = -1
-    use_mask = True
+    mask_mode = "before"
     use_W_o = True
     swap_qk_projections = False
     value_from_key = False
     average_heads = False
-    dropout_always = False
+    dropout_mode = "weights"  # "weights" (correct), "always", "ignored", "not_rescaled", "output", "not_returned"
+    bias_ignored = False
+    inplace_fix = False
+    split_mode = "ok"  # "ok", "view_no_transpose" (view to (B, H, S, D_h)), "no_transpose" (both split and merge)
+    merge_mode = "ok"  # "ok", "view_no_transpose", "view_not_contiguous"
+    mask_unsqueezed = False
 
-    def forward(self, query, key, value, mask=None):
-        W_q, W_k = (self.W_k, self.W_q) if self.swap_qk_projections else (self.W_q, self.W_k)
-        q = self.split_heads(W_q(query))
-        k = self.split_heads(W_k(key))
-        v = self.split_heads(self.W_v(key if self.value_from_key else value))
-        d = {"d_head": self.d_head, "d_model": self.d_model, "none": 1}[self.scale_dim]
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
-        if mask is not None and self.use_mask:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        w = torch.softmax(scores, dim=self.softmax_dim).nan_to_num(0.0)
-        if self.dropout_always:
-            w = F.dropout(w, self.dropout.p, training=True)
-        out = self.merge_heads(w @ v)
-        if self.use_W_o:
-            out = self.W_o(out)
-        return out, (w.mean(dim=1) if self.average_heads else w)
-
-
-MHA_MUTANTS = [
-    Mutant("heads_mixed_in_split", "heads were mixed up in split_heads: view (B, S, d_model) as (B, S, H, D_h), then transpose to (B, H, S, D_h); a direct view to (B, H, S, D_h) scrambles positions and features.",
-           _variant(_MHAVariant, "MultiHeadAttention", split_heads=_split_view_no_transpose)),
-    Mutant("heads_mixed_in_merge", "heads were mixed up in merge_heads: transpose (B, H, S, D_h) to (B, S, H, D_h) first, then reshape to (B, S, d_model); a direct view scrambles positions and heads.",
-           _variant(_MHAVariant, "MultiHeadAttention", merge_heads=_merge_view_no_transpose)),
-    Mutant("no_scaling", "the scores were not divided by sqrt(D_h), the head size.",
-           _variant(_MHAVariant, "MultiHeadAttention", scale_dim="none")),
-    Mutant("scale_by_sqrt_d_model", "the scores were divided by sqrt(d_model) instead of sqrt(D_h) = sqrt(d_model / num_heads): each head's q·k is a sum over D_h terms.",
-           _variant(_MHAVariant, "MultiHeadAttention", scale_dim="d_model")),
-    Mutant("missing_W_o", "the output projection W_o is missing: apply W_o to the merged heads.",
-           _variant(_MHAVariant, "MultiHeadAttention", use_W_o=False)),
-    Mutant("softmax_wrong_dim", "the softmax was taken over the query dim (-2) instead of the key dim (-1): each row of weights must sum to 1.",
-           _variant(_MHAVariant, "MultiHeadAttention", softmax_dim=-2)),
-    Mutant("mask_ignored", "the mask was ignored: fill the scores with -inf where the mask is False, before the softmax (the mask broadcasts over heads).",
-           _variant(_MHAVariant, "MultiHeadAttention", use_mask=False)),
-    Mutant("qk_projections_swapped", "the query was projected with W_k and the key with W_q: use W_q on query and W_k on key (the parameters are loaded by name).",
-           _variant(_MHAVariant, "MultiHeadAttention", swap_qk_projections=True)),
-    Mutant("value_from_key", "the values were projected from `key` instead of `value`: in cross-attention key and value can be different tensors.",
-           _variant(_MHAVariant, "MultiHeadAttention", value_from_key=True)),
-    Mutant("weights_averaged_over_heads", "the weights were averaged over heads (what nn.MultiheadAttention returns by default); return the per-head weights (B, H, S_q, S_k).",
-           _variant(_MHAVariant, "MultiHeadAttention", average_heads=True)),
-    Mutant("dropout_in_eval_mode", "dropout was applied in eval mode: use nn.Dropout (or F.dropout(..., training=self.training)) so that model.eval() turns it off.",
-           _variant(_MHAVariant, "MultiHeadAttention", dropout_always=True)),
-]
-
-NO_VALUE_ERROR = ("d_model not divisible by num_heads must raise ValueError in __init__ "
-                  "(otherwise D_h = d_model // num_heads silently drops features).")
-
-
-def _check_indivisible(cls) -> None:
-    """MultiHeadAttention(10, 3) must raise ValueError."""
-    try:
-        cls(10, 3)
-    except ValueError:
-        return
-    except ForbiddenCall:
-        raise
-    except Exception as err:  # noqa: BLE001 — say what was raised instead
-        raise CheckFailure(
-            f"MultiHeadAttention(d_model=10, num_heads=3) raised {type(err).__name__}: {err}. "
-            f"Likely mistake: {NO_VALUE_ERROR}"
-        ) from err
-    raise CheckFailure(f"MultiHeadAttention(d_model=10, num_heads=3) did not raise. Likely mistake: {NO_VALUE_ERROR}")
-
-
-class _NoValueError(_MHA):
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
-        nn.Module.__init__(self)
+        super().__init__()
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
+        bias = True if self.bias_ignored else bias
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
         self.W_k = nn.Linear(d_model, d_model, bias=bias)
         self.W_v = nn.Linear(d_model, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
+    def split_heads(self, x):
+        B, S, _ = x.shape
+        if self.split_mode == "view_no_transpose":
+            return x.view(B, self.num_heads, S, self.d_head)
+        x = x.view(B, S, self.num_heads, self.d_head)
+        return x if self.split_mode == "no_transpose" else x.transpose(1, 2)
 
-MHA_MUTANTS.append(Mutant("no_value_error", NO_VALUE_ERROR, _NoValueError))
+    def merge_heads(self, x):
+        if self.split_mode == "no_transpose":
+            B, S, H, D_h = x.shape
+            return x.reshape(B, S, H * D_h)
+        B, H, S, D_h = x.shape
+        if self.merge_mode == "view_no_transpose":
+            return x.reshape(B, S, H * D_h)
+        if self.merge_mode == "view_not_contiguous":
+            return x.transpose(1, 2).view(B, S, H * D_h)
+        return x.transpose(1, 2).reshape(B, S, H * D_h)
+
+    def forward(self, query, key, value, mask=None):
+        W_q, W_k = (self.W_k, self.W_q) if self.swap_qk_projections else (self.W_q, self.W_k)
+        q = self.split_heads(W_q(query))
+        k = self.split_heads(W_k(key))
+        v = self.split_heads(self.W_v(key if self.value_from_key else value))
+        d = {"d_head": self.d_head, "d_model": self.d_model, "none": 1, "size1": q.size(1)}[self.scale_by]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+        if mask is not None and self.mask_unsqueezed:
+            mask = mask.unsqueeze(1)
+        if mask is not None and self.mask_mode == "before":
+            scores = scores.masked_fill(~mask, NEG_INF)
+        if mask is not None and self.mask_mode == "additive":
+            scores = scores + torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, NEG_INF)
+        w = torch.softmax(scores, dim=self.softmax_dim)
+        if self.inplace_fix:
+            w[w.isnan()] = 0.0
+        else:
+            w = w.nan_to_num(0.0)
+        if mask is not None and self.mask_mode == "after":
+            w = w * mask
+        p = self.dropout.p
+        returned = w
+        if self.dropout_mode == "weights":
+            w = returned = self.dropout(w)
+        elif self.dropout_mode == "always":
+            w = returned = F.dropout(w, p, training=True)
+        elif self.dropout_mode == "not_rescaled" and self.training and p > 0:
+            w = returned = w * (torch.rand_like(w) >= p)
+        elif self.dropout_mode == "not_returned":
+            w = self.dropout(w)
+        out = self.merge_heads(w @ v)
+        if self.use_W_o:
+            out = self.W_o(out)
+        if self.dropout_mode == "output":
+            out = self.dropout(out)
+        return out, (returned.mean(dim=1) if self.average_heads else returned)
+
+
+def _mha(**attrs):
+    return _variant(_MHAMistake, "MultiHeadAttention", **attrs)
+
+
+VIEW_NO_TRANSPOSE_HINT = ("heads were mixed up in split_heads: a direct view of (B, S, d_model) as (B, H, S, D_h) "
+                          "scrambles positions and features; view it as (B, S, H, D_h), then transpose(1, 2).")
+NO_TRANSPOSE_HINT = ("the heads were split with a view to (B, S, H, D_h) but never transposed, so attention ran "
+                     "across the heads of each position instead of across positions: transpose(1, 2) to "
+                     "(B, H, S, D_h) after the view (and back before merging).")
+
+# Diagnosis order (it stops after 1.5 s): mistakes seen only in the gradient cases first (against
+# any other answer they differ at once), then those that crash on most cases (against a crashing
+# answer every other mutant runs on until a case where the answer ran), then by how often learners
+# make them; the mistakes a judged case names (bias ignored, dropout) last: no diagnosis needed.
+MHA_MUTANTS = [
+    Mutant("inplace_nan_fix", INPLACE_HINT, _mha(inplace_fix=True)),
+    Mutant("additive_inf_bias", ADDITIVE_HINT, _mha(mask_mode="additive")),
+    Mutant("view_of_non_contiguous_merge", "merge_heads called .view on a transposed (non-contiguous) tensor: use .contiguous().view(...) or .reshape(...) after transpose(1, 2).",
+           _mha(merge_mode="view_not_contiguous")),
+    Mutant("split_without_transpose", NO_TRANSPOSE_HINT, _mha(split_mode="no_transpose")),
+    Mutant("view_without_transpose_in_split", VIEW_NO_TRANSPOSE_HINT, _mha(split_mode="view_no_transpose")),
+    Mutant("heads_mixed_in_merge", "heads were mixed up in merge_heads: transpose (B, H, S, D_h) to (B, S, H, D_h) first, then reshape to (B, S, d_model); a direct view scrambles positions and heads.",
+           _mha(merge_mode="view_no_transpose")),
+    Mutant("mask_unsqueezed", "the mask was unsqueezed at dim 1: it is already broadcastable to (B, H, S_q, S_k) (e.g. (S_q, S_k) or (B, 1, 1, S_k)); use it as given.",
+           _mha(mask_unsqueezed=True)),
+    Mutant("no_scaling", "the scores were not divided by sqrt(D_h), the head size.", _mha(scale_by="none")),
+    Mutant("scale_by_sqrt_d_model", "the scores were divided by sqrt(d_model) instead of sqrt(D_h) = sqrt(d_model / num_heads): each head's q·k is a sum over D_h terms.",
+           _mha(scale_by="d_model")),
+    Mutant("scale_by_q_size_1", "the scores were divided by sqrt(q.size(1)), which is num_heads for q (B, H, S, D_h): the scale is 1/sqrt(q.size(-1)) = 1/sqrt(D_h).",
+           _mha(scale_by="size1")),
+    Mutant("missing_W_o", "the output projection W_o is missing: apply W_o to the merged heads.", _mha(use_W_o=False)),
+    Mutant("softmax_wrong_dim", WRONG_DIM_HINT, _mha(softmax_dim=-2)),
+    Mutant("mask_ignored", "the mask was ignored: fill the scores with -inf where the mask is False, before the softmax (the mask broadcasts over heads).",
+           _mha(mask_mode="ignored")),
+    Mutant("mask_after_softmax", MASK_AFTER_HINT, _mha(mask_mode="after")),
+    Mutant("dropout_in_eval_mode", "dropout was applied in eval mode: use nn.Dropout (or F.dropout(..., training=self.training)) so that model.eval() turns it off.",
+           _mha(dropout_mode="always")),
+    Mutant("qk_projections_swapped", "the query was projected with W_k and the key with W_q: use W_q on query and W_k on key (the parameters are loaded by name).",
+           _mha(swap_qk_projections=True)),
+    Mutant("value_from_key", "the values were projected from `key` instead of `value`: in cross-attention key and value can be different tensors.",
+           _mha(value_from_key=True)),
+    Mutant("weights_averaged_over_heads", "the weights were averaged over heads (what nn.MultiheadAttention returns by default); return the per-head weights (B, H, S_q, S_k).",
+           _mha(average_heads=True)),
+    Mutant("bias_flag_ignored", MHA_BIAS_HINT, _mha(bias_ignored=True)),
+    Mutant("dropout_ignored", DROPOUT_IGNORED, _mha(dropout_mode="ignored")),
+    Mutant("dropout_not_rescaled", DROPOUT_NOT_RESCALED, _mha(dropout_mode="not_rescaled")),
+    Mutant("dropout_on_output", DROPOUT_ON_OUTPUT, _mha(dropout_mode="output")),
+    Mutant("weights_returned_before_dropout", DROPOUT_NOT_RETURNED, _mha(dropout_mode="not_returned")),
+]
+
+
+class _VMHAEinsum(nn.Module):
+    """W_o created first, then W_v, W_k, W_q; einsum with the heads as an index; assert on the sizes."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        assert d_model % num_heads == 0, "d_model must be divisible by num_heads"  # assert is fine
+        self.h = num_heads
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.drop = nn.Dropout(dropout)
+
+    def split_heads(self, x):
+        return x.unflatten(-1, (self.h, -1)).permute(0, 2, 1, 3)  # (B, S, H, D_h) -> (B, H, S, D_h)
+
+    def merge_heads(self, x):
+        return x.permute(0, 2, 1, 3).flatten(-2)  # (B, S, H, D_h) -> (B, S, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.split_heads(self.W_q(query)), self.split_heads(self.W_k(key)), self.split_heads(self.W_v(value))
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.full_like(scores, NEG_INF))
+        w = torch.softmax(scores, dim=-1)
+        w = torch.where(torch.isnan(w), torch.zeros_like(w), w)
+        w = self.drop(w)
+        return self.W_o(self.merge_heads(torch.einsum("bhqk,bhkd->bhqd", w, v))), w
+
+
+class _VMHALoopOverHeads(nn.Module):
+    """A loop over heads on slices of the projection weights, float64 inside, torch.cat to merge."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads:
+            raise AssertionError("d_model % num_heads != 0")
+        self.num_heads, self.p = num_heads, dropout
+        self.W_q, self.W_k = nn.Linear(d_model, d_model, bias=bias), nn.Linear(d_model, d_model, bias=bias)
+        self.W_v, self.W_o = nn.Linear(d_model, d_model, bias=bias), nn.Linear(d_model, d_model, bias=bias)
+
+    def split_heads(self, x):
+        return torch.stack(x.chunk(self.num_heads, dim=-1), dim=1)  # (B, H, S, D_h)
+
+    def merge_heads(self, x):
+        return torch.cat(x.unbind(dim=1), dim=-1)  # (B, S, H·D_h)
+
+    def _head(self, lin, x, h, d_h):
+        w = lin.weight[h * d_h:(h + 1) * d_h].double()
+        b = None if lin.bias is None else lin.bias[h * d_h:(h + 1) * d_h].double()
+        return F.linear(x.double(), w, b)  # (B, S, D_h)
+
+    def forward(self, query, key, value, mask=None):
+        d_h = query.size(-1) // self.num_heads
+        outs, ws = [], []
+        for h in range(self.num_heads):
+            q, k, v = self._head(self.W_q, query, h, d_h), self._head(self.W_k, key, h, d_h), self._head(self.W_v, value, h, d_h)
+            s = q @ k.transpose(1, 2) / math.sqrt(d_h)  # (B, S_q, S_k)
+            if mask is not None:
+                m = mask.expand(query.size(0), self.num_heads, query.size(1), key.size(1))[:, h]
+                s = s.masked_fill(~m, NEG_INF)
+            w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+            w = F.dropout(w, self.p, training=self.training)
+            outs.append(w @ v)
+            ws.append(w)
+        merged = torch.cat(outs, dim=-1).to(query.dtype)  # (B, S_q, d_model)
+        return self.W_o(merged), torch.stack(ws, dim=1).to(query.dtype)
+
+
+MHA_EXERCISE_VARIANTS = [Variant("other_parameter_order_einsum_assert", _VMHAEinsum),
+                         Variant("loop_over_heads_float64", _VMHALoopOverHeads)]
+
+
+def _indivisible_tip(cls) -> str | None:
+    """Not graded: d_model not divisible by num_heads is a caller's bug."""
+    try:
+        cls(10, 3)
+    except Exception:  # noqa: BLE001 - ValueError, assert, anything clear is fine
+        return None
+    return ("MultiHeadAttention(10, num_heads=3) was built without complaint: d_model // num_heads would drop "
+            "features, so a clear error (ValueError or assert) when d_model % num_heads != 0 helps.")
+
 
 MHA_EXERCISE = Exercise(
     name="MultiHeadAttention",
@@ -296,8 +795,30 @@ MHA_EXERCISE = Exercise(
     kind="class",
     forbidden=(SDPA, MHA),
     mutants=MHA_MUTANTS,
+    variants=MHA_EXERCISE_VARIANTS,
     output_names=("out", "weights"),
-    extra_checks=(_check_indivisible,),
+    input_names=("query", "key", "value"),
+    rescale=_mha_rescale,
+    scale_names=_mha_scale_names,
+    tips=(_indivisible_tip,),
+    contract="""Multi-head attention: H = num_heads heads of size D_h = d_model / H, in parallel.
+
+    Parameters (the check loads its weights into them by name; no other parameters or buffers):
+        W_q, W_k, W_v, W_o: nn.Linear(d_model, d_model, bias=bias)
+    The check always uses a d_model divisible by num_heads.
+    forward(query, key, value, mask=None):
+        query: (B, S_q, d_model)   key, value: (B, S_k, d_model)
+        mask: bool, broadcastable to (B, H, S_q, S_k), True = may attend; or None
+        Head h uses the features h·D_h ... (h+1)·D_h - 1 of W_q(query), W_k(key), W_v(value);
+        its scores are scaled by 1/sqrt(D_h); the heads' outputs are merged back in that order
+        and projected by W_o.
+        returns out (B, S_q, d_model) and the per-head weights (B, H, S_q, S_k); a fully masked
+        query row gets zero weights.
+    dropout acts on the attention weights in training mode only (nn.Dropout); the returned
+    weights are the dropped ones, so out is exactly what they produce.
+    Later chapters train through this module, so its gradients (for query, key, value and every
+    parameter) are checked too, in float64: no in-place edits of tensors autograd needs.
+    """,
 )
 check_MultiHeadAttention = register(MHA_EXERCISE)
 
@@ -337,6 +858,16 @@ def _head_cases(seed: int, method: str) -> list:
     return cases
 
 
+def _split_view_no_transpose(self, x):
+    B, S, _ = x.shape
+    return x.view(B, self.num_heads, S, self.d_head)
+
+
+def _merge_view_no_transpose(self, x):
+    B, H, S, D_h = x.shape
+    return x.reshape(B, S, H * D_h)
+
+
 def _split_interleaved(self, x):
     B, S, _ = x.shape
     return x.view(B, S, self.d_head, self.num_heads).permute(0, 3, 1, 2)
@@ -352,15 +883,22 @@ def _split_into_batch(self, x):
     return x.view(B, S, self.num_heads, self.d_head).transpose(1, 2).reshape(B * self.num_heads, S, self.d_head)
 
 
+def _split_permute_wrong(self, x):
+    B, S, _ = x.shape
+    return x.view(B, S, self.num_heads, self.d_head).permute(0, 2, 3, 1).reshape(B, self.num_heads, S, self.d_head)
+
+
 SPLIT_MUTANTS = [
     Mutant("view_without_transpose", "split_heads viewed (B, S, d_model) directly as (B, H, S, D_h): view it as (B, S, H, D_h) first, then transpose(1, 2).",
-           _variant(_MHA, "MultiHeadAttention", split_heads=_split_view_no_transpose)),
+           _variant(_MHAMistake, "MultiHeadAttention", split_heads=_split_view_no_transpose)),
     Mutant("interleaved_heads", "split_heads gave head h the features h, h + H, h + 2H, ... (a view as (B, S, D_h, H)); head h owns the contiguous block of features h·D_h to (h+1)·D_h - 1: view as (B, S, H, D_h).",
-           _variant(_MHA, "MultiHeadAttention", split_heads=_split_interleaved)),
+           _variant(_MHAMistake, "MultiHeadAttention", split_heads=_split_interleaved)),
     Mutant("missing_transpose", "split_heads returned (B, S, H, D_h): transpose(1, 2) to put the heads before the positions, (B, H, S, D_h).",
-           _variant(_MHA, "MultiHeadAttention", split_heads=_split_no_transpose)),
+           _variant(_MHAMistake, "MultiHeadAttention", split_heads=_split_no_transpose)),
     Mutant("heads_folded_into_batch", "split_heads returned (B·H, S, D_h): keep batch and heads as separate dims, (B, H, S, D_h).",
-           _variant(_MHA, "MultiHeadAttention", split_heads=_split_into_batch)),
+           _variant(_MHAMistake, "MultiHeadAttention", split_heads=_split_into_batch)),
+    Mutant("permuted_then_reshaped", "split_heads permuted (B, S, H, D_h) to (B, H, D_h, S) and reshaped that to (B, H, S, D_h), which scrambles positions and features: transpose(1, 2) alone gives (B, H, S, D_h).",
+           _variant(_MHAMistake, "MultiHeadAttention", split_heads=_split_permute_wrong)),
 ]
 
 
@@ -373,13 +911,20 @@ def _merge_mean(self, x):
     return x.mean(dim=1)
 
 
+def _merge_view_not_contiguous(self, x):
+    B, H, S, D_h = x.shape
+    return x.transpose(1, 2).view(B, S, H * D_h)
+
+
 MERGE_MUTANTS = [
     Mutant("view_without_transpose", "merge_heads reshaped (B, H, S, D_h) directly to (B, S, d_model): transpose(1, 2) to (B, S, H, D_h) first, then reshape (contiguous() before view).",
-           _variant(_MHA, "MultiHeadAttention", merge_heads=_merge_view_no_transpose)),
+           _variant(_MHAMistake, "MultiHeadAttention", merge_heads=_merge_view_no_transpose)),
     Mutant("interleaved_heads", "merge_heads interleaved the heads' features (a permute to (B, S, D_h, H)): head h must fill the contiguous block h·D_h to (h+1)·D_h - 1, i.e. transpose to (B, S, H, D_h).",
-           _variant(_MHA, "MultiHeadAttention", merge_heads=_merge_interleaved)),
+           _variant(_MHAMistake, "MultiHeadAttention", merge_heads=_merge_interleaved)),
     Mutant("averaged_heads", "merge_heads averaged the heads, (B, S, D_h); concatenate them instead: (B, S, H·D_h) = (B, S, d_model).",
-           _variant(_MHA, "MultiHeadAttention", merge_heads=_merge_mean)),
+           _variant(_MHAMistake, "MultiHeadAttention", merge_heads=_merge_mean)),
+    Mutant("view_of_non_contiguous", "merge_heads called .view on a transposed (non-contiguous) tensor: use .contiguous().view(...) or .reshape(...) after transpose(1, 2).",
+           _variant(_MHAMistake, "MultiHeadAttention", merge_heads=_merge_view_not_contiguous)),
 ]
 
 check_split_heads = register(Exercise(
@@ -389,6 +934,8 @@ check_split_heads = register(Exercise(
     kind="class",
     run=_run_method("split_heads"),
     mutants=SPLIT_MUTANTS,
+    variants=MHA_EXERCISE_VARIANTS,
+    contract="""(B, S, d_model) -> (B, H, S, D_h), H = num_heads: head h gets the features h·D_h ... (h+1)·D_h - 1.""",
 ))
 check_merge_heads = register(Exercise(
     name="merge_heads",
@@ -397,4 +944,6 @@ check_merge_heads = register(Exercise(
     kind="class",
     run=_run_method("merge_heads"),
     mutants=MERGE_MUTANTS,
+    variants=MHA_EXERCISE_VARIANTS,
+    contract="""(B, H, S, D_h) -> (B, S, d_model), the inverse of split_heads: head h fills the features h·D_h ... (h+1)·D_h - 1.""",
 ))
