@@ -40,7 +40,7 @@ EFFICIENT = {
     "dot_product_variance", "sliding_window_attention", "linear_attention", "causal_linear_attention",
     "flash_attention", "GroupedQueryAttention", "KVCache",
 }
-FAIL_SECONDS = 4.0  # target 2 s on an idle 2-core machine; margin for a busy CI
+FAIL_SECONDS = 4.0  # CPU seconds; target 2 s, margin for slower machines
 FORBIDDEN = [
     (n, gi, fi)
     for n in EXERCISE_NAMES
@@ -71,10 +71,10 @@ def test_has_a_mutant_bank(name):
 def test_mutant_is_rejected_and_named(name, mutant):
     ex = EXERCISES[name]
     m = next(m for m in ex.mutants if m.name == mutant)
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: checks run on one thread; a busy machine does not count
     with pytest.raises(CheckFailure) as info:
         run_check(ex, m.impl, quiet=True)
-    elapsed = time.perf_counter() - start
+    elapsed = time.thread_time() - start
     assert m.hint in str(info.value), f"mutant {mutant} was rejected but not named:\n{info.value}"
     assert elapsed < FAIL_SECONDS, f"rejecting {mutant} took {elapsed:.1f} s"
 
@@ -278,17 +278,17 @@ def test_check_speed(capsys):
               quiet=True)  # warm-up: the first dispatch mode imports part of torch once
     for name in EXERCISE_NAMES:
         ex = EXERCISES[name]
-        start = time.perf_counter()
+        start = time.thread_time()  # CPU time of this thread (the checks run single-threaded)
         run_check(ex, unguarded(ex.reference), quiet=True)
-        passing = time.perf_counter() - start
+        passing = time.thread_time() - start
         failing = 0.0
         for m in ex.mutants:
-            start = time.perf_counter()
+            start = time.thread_time()
             try:
                 run_check(ex, m.impl, quiet=True)
             except CheckFailure:
                 pass
-            failing = max(failing, time.perf_counter() - start)
+            failing = max(failing, time.thread_time() - start)
         rows.append((name, len(ex.make_cases(ex.default_seed)), len(ex.mutants), len(ex.variants), passing, failing))
     passing = [r[4] for r in rows]
     with capsys.disabled():
