@@ -358,7 +358,8 @@ class _AltRoPEGQA(nn.Module):
 
     def rope(self, x, start):
         xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-        return torch.view_as_real(xc * self.freqs[start:start + x.size(-2)]).flatten(-2)
+        # float32 inside, back to x's dtype (LLaMA's `.type_as(xq)`): the check's gradient cases run in float64
+        return torch.view_as_real(xc * self.freqs[start:start + x.size(-2)]).flatten(-2).type_as(x)
 
     def forward(self, x, cache, start_pos):
         B, S, C = x.shape
