@@ -139,22 +139,53 @@ def _is_root() -> bool:
 
 
 _UIDS_LOCK = threading.Lock()
-_UIDS_IN_USE: set = set()
+_UIDS_IN_USE: dict = {}  # uid -> the open lock file that reserves it machine-wide
 
 
 def _take_uid() -> int:
-    """An unprivileged host uid of its own for each concurrent run (rlimits and signals never mix)."""
+    """An unprivileged host uid of its own for each run, unique on the whole machine: other
+    grading processes (another checkout, another instructor's batch) hold an flock on theirs, so
+    rlimits per uid and the final kill of whatever still runs as that uid never touch another run."""
+    import fcntl
+
     with _UIDS_LOCK:
-        uid = SANDBOX_UID_BASE
-        while uid in _UIDS_IN_USE:
-            uid += 1
-        _UIDS_IN_USE.add(uid)
-        return uid
+        for uid in range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + 4096):
+            if uid in _UIDS_IN_USE:
+                continue
+            path = Path(tempfile.gettempdir()) / f".attention-grader-uid-{uid}.lock"
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            if _uid_has_processes(uid):  # a stale run of someone else's: leave that uid alone
+                os.close(fd)
+                continue
+            _UIDS_IN_USE[uid] = fd
+            return uid
+    raise RuntimeError("no free sandbox uid")
+
+
+def _uid_has_processes(uid: int) -> bool:
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if p.stat().st_uid == uid:
+                    return True
+            except OSError:
+                pass
+    return False
 
 
 def _give_uid(uid: int) -> None:
     with _UIDS_LOCK:
-        _UIDS_IN_USE.discard(uid)
+        fd = _UIDS_IN_USE.pop(uid, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def system_binds() -> list[Path]:

@@ -293,11 +293,14 @@ def verify_one(name: str, chunks: list, notes: list, seed: int, limits: sandbox.
         cases = ex.make_cases(seed)
     payload = _payload(name, cases, seed)
     limits = limits or sandbox.Limits(wall_seconds=VERIFY_SECONDS)
-    res = sandbox.run([sys.executable, "_verify_child.py"],
-                      files={"_verify_child.py": CHILD, "definitions.json": json.dumps(chunks).encode(),
-                             "cases.pt": payload},
-                      outputs={"outputs.pt": OUTPUT_CAP}, limits=limits,
-                      expose=[(child_lib(), CHILD_LIB)], env={"PYTHONPATH": CHILD_LIB}, host_dir=host_dir)
+    for attempt in range(2):  # a child that vanished without a word (no time-out) gets one more try
+        res = sandbox.run([sys.executable, "_verify_child.py"],
+                          files={"_verify_child.py": CHILD, "definitions.json": json.dumps(chunks).encode(),
+                                 "cases.pt": payload},
+                          outputs={"outputs.pt": OUTPUT_CAP}, limits=limits,
+                          expose=[(child_lib(), CHILD_LIB)], env={"PYTHONPATH": CHILD_LIB}, host_dir=host_dir)
+        if res.outputs.get("outputs.pt") is not None or res.timed_out or res.notes or res.stderr.strip():
+            break
     extra = f" ({'; '.join(notes[:3])})" if notes else ""
     data = res.outputs.get("outputs.pt")
     loaded = None
@@ -310,8 +313,8 @@ def verify_one(name: str, chunks: list, notes: list, seed: int, limits: sandbox.
         why = "; ".join(res.notes) or res.output_problems.get("outputs.pt") or "no result"
         if data is not None and loaded is None:
             why = "its result file was not a plain result"
-        last = (res.stderr.strip().splitlines() or [""])[-1][:300]
-        if last and not res.notes:
+        last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1][:300]
+        if not res.notes:
             why += f": {last}"
         return Verdict(False, f"the independent re-run of your definitions produced no result ({why}){extra}")
     if loaded.get("error"):

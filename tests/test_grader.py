@@ -87,9 +87,13 @@ def test_hostile_submissions_gain_nothing_and_touch_nothing(graded):
     assert salt not in text and "root:x:0:0" not in text
     for r in _read(tmp / "reports" / "exercises.csv"):
         assert not r["reason"][:1] in ("=", "+", "-", "@"), r
-    stored = (tmp / "work" / "submitted" / "hostile_outputs" / bank.A / f"{bank.A}.ipynb").read_text()
-    assert "<script" not in stored and "onerror" not in stored and "application/javascript" not in stored
-    assert "BEGIN HIDDEN TESTS" not in stored
+    stored = json.loads((tmp / "work" / "submitted" / "hostile_outputs" / bank.A / f"{bank.A}.ipynb").read_text())
+    data = [o.get("data", {}) for c in stored["cells"] for o in c.get("outputs", [])]
+    html = "".join("".join(d.get("text/html", "")) for d in data)
+    assert "onerror" in html, "the sample displays HTML: it must be kept, escaped"
+    assert "<script" not in html and "<img" not in html
+    assert not any(k for d in data for k in d if k not in ("text/plain", "text/html", "image/png", "text/markdown"))
+    assert "BEGIN HIDDEN TESTS" not in json.dumps(stored["cells"][-1])
     assert not (tmp / "work" / "scratch").exists() or not any((tmp / "work" / "scratch").iterdir())
 
 
