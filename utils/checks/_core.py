@@ -290,7 +290,8 @@ def forward_and_grads(exercise: Exercise, impl, case: Case, guard: Callable = co
         if exercise.kind == "class" and exercise.run is None:
             with guard():
                 module = build_module(impl, leaf_case)
-                module.to(torch.float64)
+                # float64 for floating-point parameters and buffers only (a complex RoPE table stays complex)
+                module._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
                 out = module(*args, **kwargs)
             targets += [(f"dL/d{n}", p) for n, p in sorted(module.named_parameters()) if p.requires_grad]
         else:
