@@ -118,8 +118,8 @@ SAMPLES = {
         lambda: _with_answers(softmax=SOFTMAX_NO_MAX, logsumexp=LSE_KEEPDIM, quiz_1='answer_1 = "a"'),
         _expect(softmax=0, logsumexp=0, quiz_1=0)),
     "ch00_mistakes_dims": (
-        "chapter 00: softmax ignores dim, logsumexp squeezes every size-1 dim, quiz 2 forgets log 2 (1000.0)",
-        lambda: _with_answers(softmax=SOFTMAX_IGNORES_DIM, logsumexp=LSE_SQUEEZE_ALL, quiz_2="answer_2 = 1000.0"),
+        "chapter 00: softmax ignores dim, logsumexp squeezes every size-1 dim, quiz 2 answers c = 0 (lse taken for the max)",
+        lambda: _with_answers(softmax=SOFTMAX_IGNORES_DIM, logsumexp=LSE_SQUEEZE_ALL, quiz_2="answer_2 = 0.0"),
         _expect(softmax=0, logsumexp=0, quiz_2=0)),
     "ch00_mistakes_inplace": (
         "chapter 00: softmax normalises in place (gradient breaks), logsumexp forgets to add the max back, quiz 3 wrong ('d')",
