@@ -437,32 +437,66 @@ OTHER_CACHE = ("forward(x, cache=cache) must return (out, cache) with the very c
                "(generation passes it on to the next step).")
 
 
-class _RecordingCache(unguarded(ref.KVCache)):
-    """The course's cache, which also checks what the learner's module stores in it."""
+def _check_stored(cache, k_new, v_new):
+    """What a GQA module passes to cache.update: (B, num_kv_heads, S, head_dim), never repeated heads."""
+    for name, t in (("k_new", k_new), ("v_new", v_new)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise CheckFailure(f"cache.update received {name} = {describe(t)} on case [{cache.label}]; "
+                               f"expected (B, num_kv_heads, S, head_dim).")
+        if t.size(1) != cache.expected_heads or t.size(-1) != cache.head_dim:
+            if t.size(1) > cache.expected_heads and t.size(-1) == cache.head_dim:
+                raise CheckFailure(
+                    f"forward(x, cache) stored {name} of shape {tuple(t.shape)} in the cache on case "
+                    f"[{cache.label}]: {t.size(1)} heads where num_kv_heads = {cache.expected_heads}.\n"
+                    f"Likely mistake: {REPEATED_IN_CACHE}")
+            raise CheckFailure(
+                f"forward(x, cache) stored {name} of shape {tuple(t.shape)} in the cache on case "
+                f"[{cache.label}]; expected (B, num_kv_heads={cache.expected_heads}, S, "
+                f"head_dim={cache.head_dim}).")
+
+
+class _RecordingCache:
+    """The check's own KV cache (update only, as the contract says; it does not use utils.reference,
+    which the grader's re-run does not have), checking what the learner's module stores in it."""
 
     def __init__(self, expected_heads, head_dim, label):
-        super().__init__()
+        self.k = self.v = None
         self.expected_heads, self.head_dim, self.label = expected_heads, head_dim, label
 
     def update(self, k_new, v_new):
-        for name, t in (("k_new", k_new), ("v_new", v_new)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 4:
-                raise CheckFailure(f"cache.update received {name} = {describe(t)} on case [{self.label}]; "
-                                   f"expected (B, num_kv_heads, S, head_dim).")
-            if t.size(1) != self.expected_heads or t.size(-1) != self.head_dim:
-                if t.size(1) > self.expected_heads and t.size(-1) == self.head_dim:
-                    raise CheckFailure(
-                        f"forward(x, cache) stored {name} of shape {tuple(t.shape)} in the cache on case "
-                        f"[{self.label}]: {t.size(1)} heads where num_kv_heads = {self.expected_heads}.\n"
-                        f"Likely mistake: {REPEATED_IN_CACHE}")
-                raise CheckFailure(
-                    f"forward(x, cache) stored {name} of shape {tuple(t.shape)} in the cache on case "
-                    f"[{self.label}]; expected (B, num_kv_heads={self.expected_heads}, S, "
-                    f"head_dim={self.head_dim}).")
-        return super().update(k_new, v_new)
+        _check_stored(self, k_new, v_new)
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+        else:
+            self.k, self.v = torch.cat([self.k, k_new], dim=-2), torch.cat([self.v, v_new], dim=-2)
+        return self.k, self.v
 
 
-def _gqa_case(label, d_model, H, H_kv, B, S, steps, seed, g, grad=False):
+class _PrefixCache(tuple):
+    """A cache that already holds P positions and never changes: update returns the prefix followed
+    by the new keys and values, without storing them, so one object serves the reference and the
+    learner in a gradient case (the harness passes it as the `cache` argument).
+
+    It is an empty tuple to the outside world: returned by forward, it compares equal to the
+    reference's, and the grader's re-run can send it back as plain data (an empty list).
+    """
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls, ())
+
+    def __init__(self, k=None, v=None, expected_heads=None, head_dim=None, label=""):
+        self.k, self.v = k, v
+        self.expected_heads, self.head_dim, self.label = expected_heads, head_dim, label
+
+    def update(self, k_new, v_new):
+        _check_stored(self, k_new, v_new)
+        return torch.cat([self.k.to(k_new.dtype), k_new], dim=-2), torch.cat([self.v.to(v_new.dtype), v_new], dim=-2)
+
+    def __repr__(self):
+        return "<the check's cache>"
+
+
+def _gqa_case(label, d_model, H, H_kv, B, S, steps, seed, g, grad=False, prefix=0):
     assert sum(steps) == S
     kv = H_kv * (d_model // H)
     shapes = {"W_q.weight": (d_model, d_model), "W_k.weight": (kv, d_model), "W_v.weight": (kv, d_model),
@@ -472,6 +506,11 @@ def _gqa_case(label, d_model, H, H_kv, B, S, steps, seed, g, grad=False):
     x = randn(B, S, d_model, gen=g, dtype=F64 if grad else torch.float32)
     dims = f"d_model={d_model}, num_heads={H}, num_kv_heads={H_kv}, x {tuple(x.shape)}"
     init = {"ctor": (d_model, H, H_kv), "seed": seed, "state": state, "steps": steps}
+    if grad and prefix:
+        kv_shape = (B, H_kv, prefix, d_model // H)
+        cache = _PrefixCache(randn(*kv_shape, gen=g, dtype=F64), randn(*kv_shape, gen=g, dtype=F64), H_kv,
+                             d_model // H, label)
+        return Case(f"{label}: {dims}, after {prefix} cached positions", (x,), {"cache": cache}, init=init, grad=True)
     if grad:
         return Case(f"{label}: {dims}", (x,), init=init, grad=True)
     schedule = " + ".join(str(n) for n in steps)
@@ -492,6 +531,7 @@ def _gqa_cases(seed: int) -> list:
     add("GQA with 3 query heads per kv head, two chunks", 24, 6, 2, 1, 6, (4, 2))
     add("gradients (float64) of a random loss of out, GQA, no cache", 16, 4, 2, 2, 5, (5,), grad=True)
     add("gradients (float64), MQA, a single batch element", 12, 6, 1, 1, 4, (4,), grad=True)
+    add("gradients (float64) through a cache: 3 new positions", 16, 4, 2, 2, 3, (3,), grad=True, prefix=4)
     add("a single position (S = 1)", 8, 2, 1, 2, 1, (1,))
     add("one prefill chunk through the cache (same as no cache)", 12, 4, 2, 2, 5, (5,))
     add("odd sizes (head_dim 3), uneven chunks", 18, 6, 3, 1, 9, (5, 1, 3))
