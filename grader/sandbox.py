@@ -430,7 +430,9 @@ def run(cmd: list[str], files: dict | None = None, outputs: dict | None = None, 
         run_env.update({"HOME": home, "USER": "learner", "LOGNAME": "learner", "PYTHONDONTWRITEBYTECODE": "1",
                         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
                         "MPLCONFIGDIR": f"{home}/.matplotlib", "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter-runtime",
-                        "IPYTHONDIR": f"{home}/.ipython"})
+                        "IPYTHONDIR": f"{home}/.ipython",
+                        # torch's first dispatch mode imports torch._dynamo, which wants a cache folder
+                        "TORCHINDUCTOR_CACHE_DIR": f"{home}/.torchinductor"})
         run_env.update(env or {})
         cgroup = _Cgroup(limits)
         notes = []
