@@ -234,6 +234,18 @@ def _normalise(value):
     return value.strip().lower() if isinstance(value, str) else value
 
 
+def _answer_tolerance(key) -> float:
+    """Half a unit of the last decimal the solution's answer is written with (1000.69: 0.005),
+    as the quiz's own check rounds it; an integer answer must be that integer."""
+    if isinstance(key, int):
+        return 1e-9
+    text = repr(float(key))
+    if "e" in text or "E" in text:
+        return 1e-9 + 1e-6 * abs(key)
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return 0.5 * 10.0 ** -decimals * (1 + 1e-9)
+
+
 def check_quizzes(nb: dict, solution: dict) -> dict:
     """{quiz grade_id: Verdict} comparing the learner's literal with the solution's."""
     verdicts = {}
@@ -245,7 +257,7 @@ def check_quizzes(nb: dict, solution: dict) -> dict:
             if why:
                 verdicts[gid] = Verdict(False, why)
             elif isinstance(key, (int, float)) and isinstance(got, (int, float)) and not isinstance(got, bool):
-                ok = abs(got - key) <= 1e-6 + 1e-3 * abs(key)
+                ok = abs(got - key) <= _answer_tolerance(key)
                 verdicts[gid] = Verdict(ok, "" if ok else "the answer is not correct")
             else:
                 ok = _normalise(got) == _normalise(key)
