@@ -236,9 +236,9 @@ def _normalise(value):
 
 def _answer_tolerance(key) -> float:
     """Half a unit of the last decimal the solution's answer is written with (1000.69: 0.005),
-    as the quiz's own check rounds it; an integer answer must be that integer."""
+    as the quiz's own check rounds it; an integer answer, to two decimals (check_number's default)."""
     if isinstance(key, int):
-        return 1e-9
+        return 0.005
     text = repr(float(key))
     if "e" in text or "E" in text:
         return 1e-9 + 1e-6 * abs(key)
