@@ -87,6 +87,7 @@ def find_jobs(submissions: Path, assignments: list[str] | None) -> tuple[list[Jo
     known = course.assignments()
     skipped = []
     students = sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
+    explicit = assignments is not None
     if assignments is None:
         present = {d.name for s in students for d in s.iterdir() if d.is_dir()}
         assignments = sorted(present & set(known))
@@ -100,6 +101,8 @@ def find_jobs(submissions: Path, assignments: list[str] | None) -> tuple[list[Jo
             continue
         for a in assignments:
             folder = sdir / a
+            if not explicit and not folder.is_dir():
+                continue  # without --assignments, a student is graded on the assignments they handed in
             expected = folder / f"{a}.ipynb"
             job = Job(sdir.name, a, expected)
             if not expected.exists() and folder.is_dir():

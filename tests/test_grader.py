@@ -57,13 +57,15 @@ def graded(tmp_path_factory):
 def test_sample_bank_grades_as_expected(graded):
     tmp, _, _ = graded
     rows = _read(tmp / "reports" / "exercises.csv")
-    got = {(r["student_id"], r["exercise"]): float(r["score"]) for r in rows}
+    got = {(r["student_id"], r["assignment"], r["exercise"]): float(r["score"]) for r in rows}
     wrong = []
     for student, (what, _, expected) in bank.SAMPLES.items():
+        assignment = bank.ASSIGNMENT_OF.get(student, bank.A)
         for exercise, score in expected.items():
-            actual = got.get((student, exercise))
+            actual = got.get((student, assignment, exercise))
             if actual != score:
-                reason = next((r["reason"] for r in rows if r["student_id"] == student and r["exercise"] == exercise), "")
+                reason = next((r["reason"] for r in rows if r["student_id"] == student and r["assignment"] == assignment
+                               and r["exercise"] == exercise), "")
                 wrong.append(f"{student} ({what}) {exercise}: expected {score}, got {actual} [{reason}]")
     assert not wrong, "\n".join(wrong)
     for r in rows:  # every lost point has a reason
