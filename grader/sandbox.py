@@ -226,6 +226,11 @@ def _bwrap_command(cmd: list[str], limits: Limits, binds: list[tuple[Path, str, 
                 out += ["--perms", "0755", "--dir", s]
         return out
 
+    # Private /proc, /dev and sized tmpfs first: a bind made before `--tmpfs /tmp` would be hidden
+    # by it (CI clones the course, and so its venv, under /tmp).
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.scratch_bytes), "--tmpfs", "/dev/shm",
+             "--size", str(limits.scratch_bytes), "--tmpfs", "/tmp"]
+    made.update({"/proc", "/dev", "/tmp"})
     # The system: directories bound as they are, merged-/usr symlinks recreated as symlinks.
     for host in system_binds():
         s = str(host)
@@ -238,9 +243,8 @@ def _bwrap_command(cmd: list[str], limits: Limits, binds: list[tuple[Path, str, 
         real = os.path.realpath(s)
         args += parents(s) + ["--ro-bind", real, s]
         bound.append(s)
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.scratch_bytes), "--tmpfs", "/dev/shm",
-             "--size", str(limits.scratch_bytes), "--tmpfs", "/tmp", "--perms", "0777", "--dir", WORKDIR]
-    made.update({"/proc", "/dev", "/tmp", WORKDIR})
+    args += parents(WORKDIR) + ["--perms", "0777", "--dir", WORKDIR]
+    made.add(WORKDIR)
     for host, inside, writable in binds:
         args += parents(inside) + ["--bind" if writable else "--ro-bind", str(host), inside]
         bound.append(inside)
