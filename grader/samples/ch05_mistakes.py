@@ -7,6 +7,11 @@ split_heads, merge_heads and forward live in one class (one answer cell, grade_i
 MultiHeadAttention); the split/merge checks call only their method, while the MultiHeadAttention
 check runs the whole module, so a wrong split_heads also costs the MultiHeadAttention points.
 
+Known grader limitation (reported to the lead): the independent re-check looks the learner's
+definition up by the exercise's name, so split_heads and merge_heads (methods, not top-level defs)
+are not found and a correct class scores 0 on them until grader/_verify_child.py looks the class
+up by the reference's name. ch05_correct expects the correct 2 + 2 points.
+
 Built from the current release (``notebooks/``) with the solution's answers filled in, then wrong
 answer code substituted, so the samples never drift from the source.
 """
