@@ -28,6 +28,27 @@ def plain(x, depth=0):
     raise TypeError(f"returned a {type(x).__name__}, which is not a tensor, number or tuple")
 
 
+def decode(value, depth=0):
+    """The parent's names for the checks' own functions, resolved in this process's copy."""
+    if depth > 6:
+        return value
+    if isinstance(value, dict) and set(value) == {"__callable__"}:
+        import importlib
+
+        module, qualname = value["__callable__"]
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+    if isinstance(value, tuple):
+        return tuple(decode(v, depth + 1) for v in value)
+    if isinstance(value, list):
+        return [decode(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {k: decode(v, depth + 1) for k, v in value.items()}
+    return value
+
+
 def main():
     payload = torch.load("cases.pt", weights_only=True)  # before any learner code runs
     name = payload["exercise"]
@@ -46,6 +67,7 @@ def main():
     else:
         cases = []
         for fields in payload["cases"]:
+            fields = {k: (v if k == "budget" else decode(v)) for k, v in fields.items()}
             if fields.get("budget") is not None:
                 fields["budget"] = Budget(**fields["budget"])
             cases.append(Case(**fields))

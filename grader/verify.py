@@ -354,9 +354,9 @@ def _payload(name: str, cases: list, seed: int) -> bytes:
     holds something that is not plain data (a callable the child must rebuild from its own copy)."""
     fields = []
     for case in cases:
-        d = {f.name: getattr(case, f.name) for f in dataclasses.fields(case) if f.name != "judge"}
+        d = {f.name: _encode(getattr(case, f.name)) for f in dataclasses.fields(case) if f.name != "judge"}
         if d.get("budget") is not None:
-            d["budget"] = dataclasses.asdict(d["budget"])
+            d["budget"] = dataclasses.asdict(case.budget)
         fields.append(d)
     buf = io.BytesIO()
     try:
@@ -367,6 +367,24 @@ def _payload(name: str, cases: list, seed: int) -> bytes:
         buf = io.BytesIO()
         torch.save({"exercise": name, "seed": seed}, buf)
         return buf.getvalue()
+
+
+def _encode(value, depth: int = 0):
+    """Plain data as it is; a module-level function of the checks (a case's runner, a score
+    function passed as an argument) as a name the child resolves in its own copy of the checks."""
+    if depth > 6:
+        return value
+    if isinstance(value, tuple):
+        return tuple(_encode(v, depth + 1) for v in value)
+    if isinstance(value, list):
+        return [_encode(v, depth + 1) for v in value]
+    if isinstance(value, dict) and type(value) is dict:
+        return {k: _encode(v, depth + 1) for k, v in value.items()}
+    if callable(value) and not isinstance(value, (torch.Tensor, type)):
+        module, qualname = getattr(value, "__module__", "") or "", getattr(value, "__qualname__", "") or ""
+        if module.startswith("utils.checks") and "<locals>" not in qualname and qualname:
+            return {"__callable__": [module, qualname]}
+    return value
 
 
 _CHILD_LIB_LOCK = threading.Lock()
