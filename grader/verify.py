@@ -374,9 +374,9 @@ def _encode(value, depth: int = 0):
     function passed as an argument) as a name the child resolves in its own copy of the checks."""
     if depth > 6:
         return value
-    if isinstance(value, tuple):
+    if type(value) is tuple:  # subclasses (a check's own cache type) stay as they are
         return tuple(_encode(v, depth + 1) for v in value)
-    if isinstance(value, list):
+    if type(value) is list:
         return [_encode(v, depth + 1) for v in value]
     if isinstance(value, dict) and type(value) is dict:
         return {k: _encode(v, depth + 1) for k, v in value.items()}
