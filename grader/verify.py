@@ -220,13 +220,18 @@ def quiz_answer(nb: dict, cell_id: str):
                 tree = ast.parse(source(cell))
             except SyntaxError:
                 return None, "the answer cell does not parse"
-            for node in tree.body:
+            answer, why = None, "no answer was given"
+            for node in tree.body:  # the last assignment counts, as when the cell runs
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                     try:
-                        return ast.literal_eval(node.value), None
+                        answer, why = ast.literal_eval(node.value), None
                     except (ValueError, SyntaxError, TypeError):
-                        return None, "the answer is not a literal value (write it as answer_k = \"b\")"
-            return None, "no answer was given"
+                        answer, why = None, "the answer is not a literal value (write it as answer_k = \"b\")"
+                elif isinstance(node, ast.Raise):  # the release's `raise NotImplementedError()`: unanswered
+                    return None, "no answer was given (the cell still raises)"
+            if answer == "" and why is None:
+                return None, "no answer was given"
+            return answer, why
     return None, "the answer cell is missing"
 
 
