@@ -8,49 +8,15 @@ answer code substituted, so the samples never drift from the source.
 """
 from __future__ import annotations
 
-import textwrap
-
-from .. import course
-from ..restore import grade_id, is_answer
+from ._chapter import Chapter, src
 
 ASSIGNMENT = "04_masking_and_causal_attention"
 FULL = {"causal_mask": 3, "padding_mask": 3, "masked_softmax": 4, "quiz_1": 1, "quiz_2": 1, "quiz_3": 1}
 
 
-def _src(code: str) -> str:
-    return textwrap.dedent(code).strip("\n")
-
-
-def _answers() -> dict:
-    nb = course.load_json(course.source_path(ASSIGNMENT))
-    return {grade_id(c): c["source"] for c in nb["cells"] if grade_id(c) and is_answer(c)}
-
-
-def correct() -> dict:
-    nb = course.load_json(course.release_path(ASSIGNMENT))
-    answers = _answers()
-    for cell in nb["cells"]:
-        if grade_id(cell) in answers:
-            cell["source"] = answers[grade_id(cell)]
-    return nb
-
-
-def _with_answers(**sources) -> dict:
-    nb = correct()
-    left = dict(sources)
-    for cell in nb["cells"]:
-        gid = grade_id(cell)
-        if gid in left:
-            cell["source"] = left.pop(gid)
-    if left:
-        raise KeyError(f"no cell with grade_id {sorted(left)} in {ASSIGNMENT}")
-    return nb
-
-
-def _expect(**changes) -> dict:
-    d = dict(FULL)
-    d.update(changes)
-    return d
+_CHAPTER = Chapter(ASSIGNMENT, FULL)
+_src = src
+correct, _with_answers, _expect = _CHAPTER.correct, _CHAPTER.with_answers, _CHAPTER.expect
 
 
 # ---------------------------------------------------------------- causal_mask mistakes
