@@ -17,7 +17,7 @@ FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-fast release autograde feedback samples clean help
+.PHONY: setup lab test test-fast release autograde feedback samples benchmark clean help
 
 help:
 	@echo "make lab        set up and open JupyterLab on the course"
@@ -25,6 +25,7 @@ help:
 	@echo "make release    regenerate notebooks/ from solutions/"
 	@echo "make autograde SUBMISSIONS=<dir> REPORTS=<dir>   grade a class"
 	@echo "make feedback   per-student HTML feedback (after autograde)"
+	@echo "make benchmark  time the notebooks, the checks and grading; writes $(REPORTS)/benchmark.md and .json"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11 is needed (python3.11 or python3 on PATH)"; exit 1; }
@@ -35,8 +36,23 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/jupyter server extension enable --sys-prefix nbgrader.server_extensions.formgrader >/dev/null
 	touch $(STAMP)
 
-# bubblewrap sandboxes the grading kernels (Debian package). Without it grading still runs with
-# the same resource limits, but without namespaces, and says so.
+# System packages from Debian, installed when missing and we may (root with apt-get), in one apt run:
+# bubblewrap sandboxes the grading kernels (without it grading still runs with the same resource
+# limits, but without namespaces, and says so); PostgreSQL is the server the class-scale gradebook
+# test starts on loopback (tests/test_gradebook_postgres.py).
+.PHONY: .system-checked
+.system-checked:
+	@missing=""; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing (Debian packages)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) || echo "warning: could not install$$missing"; \
+	  else echo "warning: not installed:$$missing (bubblewrap: grading without namespaces; postgresql: its test is skipped)"; fi; \
+	fi
+
+# Grading needs only bubblewrap.
 .PHONY: .sandbox-checked
 .sandbox-checked:
 	@command -v bwrap >/dev/null 2>&1 || { \
@@ -54,10 +70,10 @@ lab: setup
 NBVAL := --nbval --nbval-sanitize-with grader/nbval_sanitize.cfg --nbval-current-env
 
 # One pytest run: the tests of utils and the grader, and every solution notebook under nbval.
-test: setup .sandbox-checked
+test: setup .system-checked
 	$(BIN)/python -m pytest -q tests solutions $(NBVAL)
 
-test-fast: setup .sandbox-checked
+test-fast: setup .system-checked
 	$(BIN)/python -m pytest -q tests -m "not slow"
 
 release: setup
@@ -68,6 +84,9 @@ autograde: setup .sandbox-checked
 
 feedback: setup
 	$(BIN)/python -m grader feedback --reports "$(REPORTS)" --out "$(FEEDBACK)"
+
+benchmark: setup .sandbox-checked
+	$(BIN)/python -m grader benchmark --out "$(REPORTS)"
 
 samples: setup
 	$(BIN)/python -m grader samples --out grader/work/samples

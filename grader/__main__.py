@@ -1,4 +1,4 @@
-"""Command line: python -m grader {release,check-release,autograde,feedback,samples}."""
+"""Command line: python -m grader {release,check-release,autograde,feedback,samples,benchmark}."""
 from __future__ import annotations
 
 import argparse
@@ -64,6 +64,13 @@ def cmd_samples(args) -> int:
     return 0
 
 
+def cmd_benchmark(args) -> int:
+    from .benchmark import run, markdown
+
+    print(markdown(run(Path(args.out))))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -87,6 +94,9 @@ def main(argv=None) -> int:
     s = sub.add_parser("samples", help="write the sample bank of submissions")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_samples)
+    b = sub.add_parser("benchmark", help="time notebooks, checks, grading (1 and 2 workers); write benchmark.md/.json")
+    b.add_argument("--out", default=str(course.ROOT / "reports"))
+    b.set_defaults(fn=cmd_benchmark)
     args = p.parse_args(argv)
     return args.fn(args)
 

@@ -575,6 +575,11 @@ def self_test(scratch: Path | None = None, extra_hidden: list | None = None) -> 
         problems.append("sandboxed code can write /usr")
     if report["readable"]:
         problems.append(f"sandboxed code can read hidden paths: {report['readable']}")
+    if not _is_root():
+        # Started by an ordinary user, bubblewrap's user namespace can map only that user's own uid
+        # (it nests a second namespace for --disable-userns, so the probe's uid_map shows uid 0 of
+        # the intermediate namespace, not of the host).
+        report["host_uid"] = os.geteuid()
     if report["host_uid"] in (0, None):
         problems.append("sandboxed code runs as root on the host")
     if problems:

@@ -4,6 +4,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -126,16 +127,38 @@ def test_self_test_refuses_a_sandbox_that_runs_as_root(monkeypatch):
         sandbox.self_test()
 
 
+def _as_nobody(tmp_path) -> list[str]:
+    """The command prefix that runs this Python as `nobody`. When the interpreter lives under a
+    directory `nobody` cannot enter (pyenv under /root, mode 0700), the test runs in a private
+    mount namespace where that directory is a world-readable tmpfs holding only a bind of the
+    interpreter's tree; the host is unchanged."""
+    probe = subprocess.run(["runuser", "-u", "nobody", "--", PY, "-c", "import torch"], capture_output=True)
+    if probe.returncode == 0:
+        return ["runuser", "-u", "nobody", "--"]
+    blocked = next((p for p in reversed(Path(sys.base_prefix).resolve().parents)
+                    if p != Path("/") and not os.stat(p).st_mode & 0o001), None)
+    if blocked is None or not shutil.which("unshare"):
+        pytest.fail(f"the course's Python is not usable by nobody, and no directory to open was found: {probe.stderr[-500:]!r}")
+    child = blocked / Path(sys.base_prefix).resolve().relative_to(blocked).parts[0]
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    script = (f"set -e; mount -t tmpfs -o mode=0755 tmpfs {keep}; mkdir {keep}/tree; mount --bind {child} {keep}/tree; "
+              f"mount -t tmpfs -o mode=0755 tmpfs {blocked}; mkdir -p {child}; mount --bind {keep}/tree {child}; "
+              'exec runuser -u nobody -- "$@"')
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"]
+
+
 def test_self_test_as_an_ordinary_user(tmp_path):
-    """The same self-test, run by an unprivileged account (nobody), where this machine allows it."""
+    """The same self-test, run by an unprivileged account (nobody): no capability kept, no hidden
+    path readable, learner code not root."""
     if os.geteuid() != 0 or not shutil.which("runuser"):
         pytest.skip("needs root to switch to an ordinary user")
-    probe = subprocess.run(["runuser", "-u", "nobody", "--", PY, "-c", "import torch"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("the virtual environment's Python is not readable by nobody here")
+    prefix = _as_nobody(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(home, 0o777)
     code = f"import sys; sys.path.insert(0, {str(course.ROOT)!r}); from grader import sandbox; print(sandbox.self_test())"
-    env = dict(os.environ, HOME=str(tmp_path), TMPDIR=str(tmp_path))
-    os.chmod(tmp_path, 0o777)
-    res = subprocess.run(["runuser", "-u", "nobody", "--", PY, "-c", code], capture_output=True, text=True,
-                         env=env, cwd=tmp_path, timeout=300)
+    env = dict(os.environ, HOME=str(home), TMPDIR=str(home))
+    res = subprocess.run([*prefix, PY, "-c", code], capture_output=True, text=True, env=env, cwd=home, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
