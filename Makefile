@@ -69,9 +69,12 @@ lab: setup
 
 NBVAL := --nbval --nbval-sanitize-with grader/nbval_sanitize.cfg --nbval-current-env
 
-# One pytest run: the tests of utils and the grader, and every solution notebook under nbval.
+# One pytest run: the tests of utils and the grader, and every solution notebook under nbval, on
+# TEST_WORKERS pytest-xdist workers (conftest.py keeps each test module and each notebook on one
+# worker, longest first). TEST_WORKERS=0 runs everything in this one process.
+TEST_WORKERS ?= 2
 test: setup .system-checked
-	$(BIN)/python -m pytest -q tests solutions $(NBVAL)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope tests solutions $(NBVAL)
 
 test-fast: setup .system-checked
 	$(BIN)/python -m pytest -q tests -m "not slow"

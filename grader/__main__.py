@@ -14,9 +14,13 @@ def cmd_release(args) -> int:
     if not names:
         print("no assignments in solutions/", file=sys.stderr)
         return 1
-    for name in names:
-        out = course.generate(name, course.NOTEBOOKS)
-        print(f"released {out.relative_to(course.ROOT)}")
+    # A throw-away gradebook: releasing never touches the class's records (nbgrader refuses to
+    # change an assignment's cells in a gradebook that already holds submissions of it; grading
+    # records the current release in the real gradebook itself).
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            out = course.generate(name, course.NOTEBOOKS, db=f"sqlite:///{tmp}/gradebook.db")
+            print(f"released {out.relative_to(course.ROOT)}")
     return 0
 
 

@@ -36,3 +36,22 @@ c.ClearHiddenTests.begin_test_delimeter = "BEGIN HIDDEN TESTS"
 c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
 # Learner notebooks run the checks from utils: a cell may take a while on a slow laptop.
 c.ExecutePreprocessor.timeout = 120
+
+# The course's own demo code cells (every code cell that is neither an answer nor a test) become
+# locked, read-only nbgrader cells in the release. They score nothing; grading restores them from
+# the release (a learner's edit cannot change what runs) and executes only their definitions
+# (imports, functions, classes, constants: grader/pipeline.py, `for_execution`), so a training demo
+# never runs at grading time. Ids come from the cells' own nbformat ids, so they are stable.
+from nbgrader.preprocessors import NbGraderPreprocessor  # noqa: E402 (enabled by default)
+from nbgrader.converters import GenerateAssignment  # noqa: E402
+
+
+class LockDemoCells(NbGraderPreprocessor):
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and "nbgrader" not in cell.metadata:
+            cell.metadata["nbgrader"] = {"grade": False, "solution": False, "locked": True, "task": False,
+                                         "grade_id": f"demo-{cell.get('id') or index}", "schema_version": 3}
+        return cell, resources
+
+
+c.GenerateAssignment.preprocessors = [LockDemoCells, *GenerateAssignment.class_traits()["preprocessors"].default()]

@@ -42,6 +42,12 @@ def is_locked_release_cell(cell: dict) -> bool:
     return bool(m.get("locked")) or is_test(cell)
 
 
+def is_demo(cell: dict) -> bool:
+    """A course demo cell: locked by the release (grader/nbgrader_config.py), scoring nothing."""
+    m = nbg(cell)
+    return bool(m.get("locked")) and not m.get("grade") and not m.get("solution")
+
+
 def source(cell: dict) -> str:
     s = cell.get("source", "")
     return "".join(s) if isinstance(s, list) else str(s)
@@ -126,7 +132,8 @@ def restore(release: dict, submission: dict | None, problem: str | None = None) 
             seen.add(gid)
             ref = by_id[gid]
             if is_locked_release_cell(ref):
-                if source(cell) != source(ref) or cell.get("cell_type") != ref.get("cell_type"):
+                edited = source(cell) != source(ref) or cell.get("cell_type") != ref.get("cell_type")
+                if edited and not is_demo(ref):  # a demo cell is simply the course's again
                     notes.append(f"the locked cell `{gid}` was edited: it was restored from the release")
                 out.append(_clean(ref))
             else:  # an answer: the learner's source, the release's metadata and type
@@ -145,7 +152,8 @@ def restore(release: dict, submission: dict | None, problem: str | None = None) 
             continue
         ref = release_cells[idx]
         if is_locked_release_cell(ref):
-            notes.append(f"the locked cell `{gid}` was deleted: it was restored from the release")
+            if not is_demo(ref):  # a notebook from before demo cells were locked lacks them all
+                notes.append(f"the locked cell `{gid}` was deleted: it was restored from the release")
             insert_cell = _clean(ref)
         else:
             notes.append(f"the answer cell `{gid}` was deleted: it was restored empty, as released")
