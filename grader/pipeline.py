@@ -369,7 +369,7 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     wanted = sorted({j.assignment for j in jobs})
     releases, solutions = {}, {}
     for a in wanted:  # the current source, recorded in the gradebook (does not touch notebooks/)
-        releases[a] = course.load_json(course.generate(a, work / "release"))
+        releases[a] = course.load_json(_generate(a, work / "release"))
         solutions[a] = course.load_json(course.source_path(a))
 
     start = time.monotonic()
@@ -401,6 +401,20 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     if skipped:
         (reports / "skipped.txt").write_text("\n".join(skipped) + "\n")
     return "\n".join(lines)
+
+
+def _generate(assignment: str, release_dir: Path, attempts: int = 4) -> Path:
+    """Record the current release in the gradebook. Several grading machines sharing one
+    PostgreSQL gradebook may create the same assignment at the same moment: the loser of that
+    race sees a unique-key error, and simply tries again (the rows now exist)."""
+    for attempt in range(attempts):
+        try:
+            return course.generate(assignment, release_dir)
+        except RuntimeError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1.0 + attempt)
+    raise AssertionError("unreachable")
 
 
 def score_batch(work: Path, assignment: str, students: list[str]) -> None:
