@@ -6,8 +6,9 @@
 - ``peak_tensor_bytes(fn, *args)``: the peak of the bytes held by tensors that ``fn`` creates and
   that are alive at the same time, as seen by PyTorch's dispatcher (the inputs are not counted).
   Deterministic, unlike the process's resident memory. It sees every tensor a Python
-  implementation creates; a fused C++ kernel (such as ``F.scaled_dot_product_attention``) runs
-  under it on its plain (math) path, so measure your own code with it, not PyTorch's kernels.
+  implementation creates. A fused C++ kernel (such as ``F.scaled_dot_product_attention``) is one
+  dispatcher call: only its outputs are seen, not the buffers it allocates inside, so measure your
+  own code with it, and report a fused kernel's memory as "not visible" (chapters 10, 11, 15).
 """
 from __future__ import annotations
 
