@@ -1,15 +1,26 @@
-"""The verification child. Runs INSIDE the sandbox, in a fresh process, for ONE exercise.
+"""The verification child. Runs INSIDE the sandbox, in a fresh process, for one submission.
 
 Its working folder holds ``definitions.json`` (the learner's definitions that passed the static
-scan) and ``cases.pt`` (the cases the parent drew: plain tensors and Python values, loaded with
-``weights_only=True`` before any learner code runs; or, for an exercise whose cases hold
-callables, only that exercise's own seed). ``utils`` on its path is the grader's *child copy*:
-``utils.checks`` as in the course, ``utils.reference`` replaced by stubs that raise, so learner code
-here has no reference to call, no salt and no other seed. It writes the raw outputs to
-``outputs.pt``; the parent judges them. Nothing this process says about correctness is trusted.
+scan) and ``cases.pt`` (for each exercise, the cases the parent drew: plain tensors and Python
+values, loaded with ``weights_only=True`` before any learner code runs; or, for an exercise whose
+cases hold callables, only that exercise's own seed; and the time allowed). ``utils`` on its path
+is the grader's *child copy*: ``utils.checks`` as in the course, ``utils.reference`` replaced by
+stubs that raise, so learner code here has no reference to call, no salt and no other seed.
+
+This process imports torch and the checks once, runs no learner code itself, and forks one child
+per exercise, in its own process group, killed whole when its share of the time runs out (the
+smaller of ``per_exercise_seconds`` and an equal share of what is left of ``total_seconds``). The
+child loads the learner's definitions and writes the raw outputs to ``outputs_<i>.pt``, up to and
+including the first case that raises or goes over its budget (that case alone decides the verdict,
+so a function that hangs costs one case's budget, not every case's); ``notes.json`` says which
+child was stopped. The parent judges the outputs. Nothing this process says about correctness is
+trusted.
 """
 import json
+import os
+import signal
 import sys
+import time
 
 import torch
 
@@ -49,18 +60,13 @@ def decode(value, depth=0):
     return value
 
 
-def main():
-    payload = torch.load("cases.pt", weights_only=True)  # before any learner code runs
-    name = payload["exercise"]
-    chunks = json.load(open("definitions.json", encoding="utf-8"))
-
-    try:  # torch's lazily imported modules load now, not inside the first call's time budget
-        __import__("importlib").import_module("torch._dynamo")
-    except Exception:  # noqa: BLE001
-        pass
+def run_exercise(payload, chunks, out_name):
+    """In a forked child: the learner's definitions, then the exercise's cases; raw outputs to
+    ``out_name`` (up to and including the first case that raises or goes over its budget)."""
     from utils.checks import EXERCISES
-    from utils.checks._core import Budget, BudgetExceeded, Case, ForbiddenCall, _call_learner, case_seed
+    from utils.checks._core import Budget, BudgetExceeded, Case, ForbiddenCall, _call_learner, case_seed, learner_code
 
+    name = payload["exercise"]
     ex = EXERCISES[name]
     if payload.get("seed") is not None:
         cases = ex.make_cases(payload["seed"])
@@ -75,8 +81,6 @@ def main():
 
     namespace = {"__name__": "learner"}
     failures = {}
-    from utils.checks._core import learner_code
-
     for chunk in chunks:
         try:
             with learner_code():
@@ -104,24 +108,90 @@ def main():
             except NotImplementedError:
                 result["error"] = f"{name} is not implemented"
                 break
-            except BudgetExceeded as err:
+            except BudgetExceeded as err:  # the first failing case decides: stop here (a hang costs one case)
                 outputs.append({"__crashed__": f"over budget: {str(err)[:300]}"})
-                continue
+                break
             except Exception as err:  # noqa: BLE001 - the learner's bug on this case
                 outputs.append({"__crashed__": f"raised {type(err).__name__}: {str(err)[:300]}"})
-                continue
+                break
             try:
                 outputs.append(plain(out))
             except TypeError as err:
                 outputs.append({"__crashed__": str(err)})
+                break
         else:
             result["outputs"] = outputs
-    torch.save(result, "outputs.pt")
+        if "outputs" not in result and "error" not in result:
+            result["outputs"] = outputs
+    torch.save(result, out_name)
+
+
+def _wait(pid, seconds):
+    """Wait for a child at most ``seconds``; kill its whole process group then. Returns a note."""
+    end = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > end:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return f"stopped after its {seconds:.0f} s share of the re-check time"
+        time.sleep(0.02)
+    try:  # anything it left behind in its group
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return ""
+
+
+def main():
+    spec = torch.load("cases.pt", weights_only=True)  # before any learner code runs
+    chunks = json.load(open("definitions.json", encoding="utf-8"))
+    torch.set_num_threads(1)
+
+    # Paid once here, before any learner code and outside every exercise's time: torch's lazily
+    # imported modules, the checks, the first op under a dispatch mode. Each exercise then runs in
+    # a child forked from this process, with its own share of the time.
+    try:
+        __import__("importlib").import_module("torch._dynamo")
+    except Exception:  # noqa: BLE001
+        pass
+    import utils.checks  # noqa: F401
+    from utils.checks._core import warm_up
+
+    warm_up()
+
+    payloads = spec["exercises"]
+    deadline = time.monotonic() + spec["total_seconds"]
+    notes = {}
+    for i, payload in enumerate(payloads):
+        share = min(spec["per_exercise_seconds"], max(deadline - time.monotonic(), 0.0) / (len(payloads) - i))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the exercise's own process, in its own group (killed whole on time-out)
+            code = 0
+            try:
+                os.setpgid(0, 0)
+                run_exercise(payload, chunks, f"outputs_{i}.pt")
+            except BaseException:  # noqa: BLE001 - no result file: the parent says so
+                code = 1
+            finally:
+                sys.stdout.flush()
+                os._exit(code)  # no atexit hook or finaliser of learner code runs
+        try:
+            os.setpgid(pid, pid)
+        except OSError:  # the child did it first, or has already gone
+            pass
+        notes[payload["exercise"]] = _wait(pid, share)
+    with open("notes.json", "w", encoding="utf-8") as f:
+        json.dump(notes, f)
 
 
 if __name__ == "__main__":
     main()
     sys.stdout.flush()
-    import os
-
     os._exit(0)  # no atexit hook or finaliser of learner code runs after the outputs are written

@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,16 @@ from .restore import grade_id, is_answer, is_test, nbg, source
 
 CHILD = Path(__file__).with_name("_verify_child.py")
 CHILD_LIB = "/opt/grader-child"  # where the child's copy of utils is bound inside the sandbox
-VERIFY_SECONDS = float(os.environ.get("GRADER_VERIFY_SECONDS", "25"))  # per exercise
+VERIFY_SECONDS = float(os.environ.get("GRADER_VERIFY_SECONDS", "25"))  # per exercise, at most
+# All the exercises of one submission together, at most: an exercise gets the smaller of
+# VERIFY_SECONDS and an equal share of what is left, so a submission whose every exercise hangs
+# costs at most this, and an honest exercise beside hanging ones still gets at least
+# VERIFY_TOTAL_SECONDS / (number of exercises) (a correct answer needs a second or two: torch and
+# the checks are imported once, before the time starts).
+VERIFY_TOTAL_SECONDS = float(os.environ.get("GRADER_VERIFY_TOTAL_SECONDS", "40"))
+# The re-check process's own start (torch, the checks), before any learner code runs: the same for
+# every submission, so no submission can make it longer. A backstop only.
+VERIFY_STARTUP_SECONDS = float(os.environ.get("GRADER_VERIFY_STARTUP_SECONDS", "60"))
 OUTPUT_CAP = 64 * 2**20
 # torch's global random state is shared by the grading threads: drawing cases and computing the
 # reference hold this lock, so a job's numbers never depend on what another job is doing.
@@ -284,42 +294,76 @@ def exercises_in(nb: dict) -> list[str]:
 
 def verify(nb: dict, student: str, assignment: str, limits: sandbox.Limits | None = None,
            host_dir: Path | None = None) -> dict:
-    """{exercise: Verdict} for every registered exercise graded in ``nb``, each re-checked in its
-    own sandboxed child with its own time budget (a hanging exercise costs only itself)."""
+    """{exercise: Verdict} for every registered exercise graded in ``nb``: one sandboxed re-check
+    process for the submission, one forked child per exercise with its own share of the time
+    (a hanging exercise costs only itself; see ``verify_many``)."""
     names = exercises_in(nb)
     if not names:
         return {}
     chunks, notes = definitions(nb)
-    verdicts = {}
-    for name in names:
-        verdicts[name] = verify_one(name, chunks, notes, secret_seed(student, assignment, name), limits, host_dir)
-    return verdicts
+    seeds = {name: secret_seed(student, assignment, name) for name in names}
+    return verify_many(names, chunks, notes, seeds, limits, host_dir)
 
 
 def verify_one(name: str, chunks: list, notes: list, seed: int, limits: sandbox.Limits | None = None,
                host_dir: Path | None = None) -> Verdict:
-    from utils.checks import EXERCISES
-    from utils.checks._core import expected_output, judge_case, name_paths
+    return verify_many([name], chunks, notes, {name: seed}, limits, host_dir)[name]
 
-    ex = EXERCISES[name]
-    own = [n for n in notes if n.startswith(f"`{name}`")]
-    if own:
-        return Verdict(False, own[0])
-    with RNG_LOCK, torch.random.fork_rng():
-        torch.manual_seed(seed)
-        cases = ex.make_cases(seed)
-    payload = _payload(name, cases, seed)
-    limits = limits or sandbox.Limits(wall_seconds=VERIFY_SECONDS)
-    for attempt in range(2):  # a child that vanished without a word (no time-out) gets one more try
+
+def verify_many(names: list, chunks: list, notes: list, seeds: dict, limits: sandbox.Limits | None = None,
+                host_dir: Path | None = None, total_seconds: float | None = None) -> dict:
+    """Re-check ``names`` in one sandboxed process (``_verify_child.py``). It imports torch and
+    the checks once (at most VERIFY_STARTUP_SECONDS, before any learner code runs), then gives each
+    exercise a forked child and the smaller of VERIFY_SECONDS and an equal share of what is left of
+    ``total_seconds`` (default VERIFY_TOTAL_SECONDS). ``limits``: the sandbox's other limits."""
+    from utils.checks import EXERCISES
+
+    verdicts, todo = {}, []
+    for name in names:
+        own = [n for n in notes if n.startswith(f"`{name}`")]
+        if own:
+            verdicts[name] = Verdict(False, own[0])
+        else:
+            todo.append(name)
+    if not todo:
+        return verdicts
+    cases = {}
+    for name in todo:
+        with RNG_LOCK, torch.random.fork_rng():
+            torch.manual_seed(seeds[name])
+            cases[name] = EXERCISES[name].make_cases(seeds[name])
+    total = VERIFY_TOTAL_SECONDS if total_seconds is None else total_seconds
+    buf = io.BytesIO()
+    torch.save({"exercises": [_payload(name, cases[name], seeds[name]) for name in todo],
+                "total_seconds": float(total), "per_exercise_seconds": float(VERIFY_SECONDS)}, buf)
+    limits = dataclasses.replace(limits or sandbox.Limits(), wall_seconds=VERIFY_STARTUP_SECONDS + total)
+    outputs = {f"outputs_{i}.pt": OUTPUT_CAP for i in range(len(todo))}
+    outputs["notes.json"] = 64 * 2**10
+    for attempt in range(2):  # a run that vanished without a word (no time-out) gets one more try
         res = sandbox.run([sys.executable, "_verify_child.py"],
                           files={"_verify_child.py": CHILD, "definitions.json": json.dumps(chunks).encode(),
-                                 "cases.pt": payload},
-                          outputs={"outputs.pt": OUTPUT_CAP}, limits=limits,
+                                 "cases.pt": buf.getvalue()},
+                          outputs=outputs, limits=limits,
                           expose=[(child_lib(), CHILD_LIB)], env={"PYTHONPATH": CHILD_LIB}, host_dir=host_dir)
-        if res.outputs.get("outputs.pt") is not None or res.timed_out or res.notes or res.stderr.strip():
+        if any(v is not None for v in res.outputs.values()) or res.timed_out or res.notes or res.stderr.strip():
             break
+    try:
+        child_notes = json.loads(res.outputs.get("notes.json") or b"{}")
+        child_notes = child_notes if isinstance(child_notes, dict) else {}
+    except ValueError:
+        child_notes = {}
     extra = f" ({'; '.join(notes[:3])})" if notes else ""
-    data = res.outputs.get("outputs.pt")
+    for i, name in enumerate(todo):
+        data = res.outputs.get(f"outputs_{i}.pt")
+        note = child_notes.get(name) if isinstance(child_notes.get(name), str) else ""
+        verdicts[name] = _judge(EXERCISES[name], cases[name], data, note[:200], res, f"outputs_{i}.pt", extra)
+    return verdicts
+
+
+def _judge(ex, cases: list, data: bytes | None, note: str, res, output: str, extra: str) -> Verdict:
+    from utils.checks._core import expected_output, judge_case, name_paths
+
+    name = ex.name
     loaded = None
     if data is not None:
         try:
@@ -327,18 +371,20 @@ def verify_one(name: str, chunks: list, notes: list, seed: int, limits: sandbox.
         except Exception:  # noqa: BLE001 - a forged or truncated file: no result
             loaded = None
     if not isinstance(loaded, dict):
-        why = "; ".join(res.notes) or res.output_problems.get("outputs.pt") or "no result"
+        why = note or "; ".join(res.notes) or res.output_problems.get(output) or "no result"
         if data is not None and loaded is None:
             why = "its result file was not a plain result"
-        last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1][:300]
-        if not res.notes:
+        if not note and not res.notes:
+            last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1][:300]
             why += f": {last}"
         return Verdict(False, f"the independent re-run of your definitions produced no result ({why}){extra}")
     if loaded.get("error"):
         return Verdict(False, f"in the independent re-run: {str(loaded['error'])[:500]}{extra}")
     outs = loaded.get("outputs")
-    if not isinstance(outs, list) or len(outs) != len(cases):
+    if not isinstance(outs, list) or not outs or len(outs) > len(cases):
         return Verdict(False, "the independent re-run returned the wrong number of results")
+    # The child stops at the first case that crashes (or goes over budget): judged in order, the
+    # list ends there; a list cut short anywhere else is refused below.
     for i, (case, got) in enumerate(zip(cases, outs)):
         if isinstance(got, dict) and set(got) == {"__crashed__"}:
             return Verdict(False, f"on new random inputs [{case.label}]: {name} {str(got['__crashed__'])[:400]}{extra}")
@@ -351,10 +397,12 @@ def verify_one(name: str, chunks: list, notes: list, seed: int, limits: sandbox.
             msg = f"the result could not be judged ({type(err).__name__})"
         if msg:
             return Verdict(False, f"on new random inputs [{case.label}]: {name_paths(ex, msg)}{extra}")
+    if len(outs) != len(cases):
+        return Verdict(False, "the independent re-run returned the wrong number of results")
     return Verdict(True)
 
 
-def _payload(name: str, cases: list, seed: int) -> bytes:
+def _payload(name: str, cases: list, seed: int) -> dict:
     """The cases as plain data (tensors, numbers, strings); the exercise's seed only when a case
     holds something that is not plain data (a callable the child must rebuild from its own copy)."""
     fields = []
@@ -363,15 +411,14 @@ def _payload(name: str, cases: list, seed: int) -> bytes:
         if d.get("budget") is not None:
             d["budget"] = dataclasses.asdict(case.budget)
         fields.append(d)
+    plain = {"exercise": name, "cases": fields}
     buf = io.BytesIO()
     try:
-        torch.save({"exercise": name, "cases": fields}, buf)
+        torch.save(plain, buf)
         torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
-        return buf.getvalue()
+        return plain
     except Exception:  # noqa: BLE001 - not plain data
-        buf = io.BytesIO()
-        torch.save({"exercise": name, "seed": seed}, buf)
-        return buf.getvalue()
+        return {"exercise": name, "seed": seed}
 
 
 def _encode(value, depth: int = 0):

@@ -132,21 +132,35 @@ def test_gradebook_is_the_record(graded):
     assert autograded.exists(), "formgrader reads the autograded notebook from the workspace"
 
 
-def test_regrading_gives_the_same_result(graded):
+# Submissions whose grading draws random numbers (dropout statistics, the variance estimate, a
+# statistical judged case, random inputs everywhere) beside ones that fail in odd ways.
+REGRADED = ("correct", "mistake_variance_std", "bad_kernel_exit", "tamper_deleted_tests", "bad_corrupt_json",
+            "ch05_correct", "ch06_correct")
+
+
+def test_one_and_two_workers_and_regrading_give_identical_results(graded):
+    """Issue 7 §4: the same submissions graded again with 1 worker, then with 2, give exactly the
+    scores and reasons of the bank's first (2-worker) run: three runs in all. Grading threads share
+    nothing that changes a number (torch's random state is held under a lock), and a batch scores
+    and reports only its own students."""
     tmp, subs, env = graded
+    first = {(r["student_id"], r["assignment"], r["exercise"]): (r["score"], r["reason"])
+             for r in _read(tmp / "reports" / "exercises.csv")}
     again = tmp / "again"
-    for s in ("correct", "bad_kernel_exit", "tamper_deleted_tests", "bad_corrupt_json", "hostile_hang"):
+    for s in REGRADED:
         shutil.copytree(subs / s, again / s)
-    proc = subprocess.run([sys.executable, "-m", "grader", "autograde", "--quiet", "--submissions", str(again),
-                           "--reports", str(tmp / "reports2"), "--work", str(tmp / "work")],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    first = {(r["student_id"], r["exercise"]): (r["score"], r["reason"]) for r in _read(tmp / "reports" / "exercises.csv")}
-    second = {(r["student_id"], r["exercise"]): (r["score"], r["reason"]) for r in _read(tmp / "reports2" / "exercises.csv")}
-    assert second and all(first[k] == v for k, v in second.items())
-    # a batch scores only its own students: the first batch's other rows are not in this report
-    assert {k[0] for k in second} == {"correct", "bad_kernel_exit", "tamper_deleted_tests", "bad_corrupt_json",
-                                      "hostile_hang"}
+    for run, workers in (("one_worker", "1"), ("two_workers", "2")):
+        proc = subprocess.run([sys.executable, "-m", "grader", "autograde", "--quiet", "--submissions", str(again),
+                               "--reports", str(tmp / run), "--work", str(tmp / "work")],
+                              cwd=ROOT, env=dict(env, GRADER_WORKERS=workers), capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = _read(tmp / run / "exercises.csv")
+        # a batch scores only its own students: the first batch's other rows are not in this report
+        assert {r["student_id"] for r in rows} == set(REGRADED)
+        differ = [(k, first.get(k), v) for k, v in
+                  (((r["student_id"], r["assignment"], r["exercise"]), (r["score"], r["reason"])) for r in rows)
+                  if first.get(k) != v]
+        assert not differ, f"{run}: {differ[:5]}"
 
 
 def test_a_bad_student_id_costs_nobody_else(graded, tmp_path):
@@ -197,6 +211,22 @@ def test_feedback_hides_hidden_tests(graded):
     # a hidden-test marker typed by one learner costs nobody their feedback, that learner included
     assert (tmp / "feedback" / "hostile_outputs" / f"{bank.A}.html").exists()
     assert len(list((tmp / "feedback").glob("*/*.html"))) >= len(bank.SAMPLES) - 2
+
+
+def test_no_submission_costs_more_than_its_bound(graded):
+    """Issue 7 §4: the worst a submission can cost is the notebook's time limit plus the re-check's
+    total (each process's start-up and bookkeeping on top). The bank holds the worst case on
+    purpose: ch09_hostile_hang_everything sleeps in every exercise and swallows interrupts."""
+    from grader import pipeline, verify
+
+    tmp, _, _ = graded
+    timing = json.loads((tmp / "reports" / "timing.json").read_text())["per_submission"]
+    bound = pipeline.NOTEBOOK_TIMEOUT + verify.VERIFY_TOTAL_SECONDS + 30  # 60 + 40 + start-ups under load
+    worst = max(timing.items(), key=lambda kv: kv[1]["grade_seconds"])
+    print(f"\nslowest submission: {worst[0]} {worst[1]['grade_seconds']} s (bound {bound:.0f} s)")
+    assert timing["ch09_hostile_hang_everything/09_gqa_and_kv_cache"]["grade_seconds"] >= pipeline.NOTEBOOK_TIMEOUT
+    over = {k: v["grade_seconds"] for k, v in timing.items() if v["grade_seconds"] > bound}
+    assert not over, over
 
 
 def test_timing_report(graded):

@@ -133,6 +133,49 @@ def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, byte
     return n / 2**30  # GiB, a float (mutant returns_gib)
 ''')
 
+# ---------------------------------------------------------------- hostile: every exercise hangs
+# Issue 7 §4: the worst a submission can cost. Every exercise sleeps for ever and swallows the
+# interrupt that ends a cell, so the kernel is stopped only by the notebook's time limit and every
+# re-check child only by its share of the re-check budget; the quiz answers are right and keep
+# their points (compared as literals, though their cells never ran). tests/test_grader.py asserts
+# that grading it takes at most two minutes.
+_STALL = """import time
+
+
+def _stall():
+    while True:
+        try:
+            time.sleep(3600)
+        except BaseException:
+            pass
+"""
+HANG_RK = _src(_STALL + """
+
+def repeat_kv(x, n_rep):
+    _stall()
+""")
+HANG_KV = _src("""
+class KVCache:
+    def __init__(self):
+        _stall()
+
+    def update(self, k_new, v_new):
+        _stall()
+""")
+HANG_GQA = _src("""
+import torch.nn as nn
+
+
+class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model, num_heads, num_kv_heads):
+        super().__init__()
+        _stall()
+""")
+HANG_KVB = _src("""
+def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+    _stall()
+""")
+
 SAMPLES = {
     "ch09_correct": ("chapter 09: the solution's answers", correct, FULL),
     "ch09_mistakes_tiled": (
@@ -145,4 +188,8 @@ SAMPLES = {
         lambda: _with_answers(repeat_kv=RK_NO_RESHAPE, KVCache=KV_CAT_HEADS, GroupedQueryAttention=GQA_REPEAT_BEFORE_CACHE,
                               kv_cache_bytes=KVB_GIB, quiz_2='answer_2 = "c"'),
         _expect(repeat_kv=0, KVCache=0, GroupedQueryAttention=0, kv_cache_bytes=0, quiz_2=0)),
+    "ch09_hostile_hang_everything": (
+        "chapter 09: every exercise sleeps for ever and swallows interrupts; quizzes right (issue 7: worst-case cost)",
+        lambda: _with_answers(repeat_kv=HANG_RK, KVCache=HANG_KV, GroupedQueryAttention=HANG_GQA, kv_cache_bytes=HANG_KVB),
+        _expect(repeat_kv=0, KVCache=0, GroupedQueryAttention=0, kv_cache_bytes=0)),
 }
