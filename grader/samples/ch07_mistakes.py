@@ -1,8 +1,7 @@
-"""Chapter 07 samples: the correct answers, and two submissions that each carry one realistic
+"""Chapter 07 samples: the correct answers, and three submissions that each carry one realistic
 mistake in every exercise (`attention_entropy`, `attention_rollout`; names from the mutant banks
-in utils/checks/_ch07.py) and one wrong quiz answer, so that the chapter adds only three
-submissions to the bank. Each exercise therefore meets two distinct mistakes here, not three:
-the budget allows at most three submissions per chapter.
+in utils/checks/_ch07.py) and one wrong quiz answer, so that every exercise meets three distinct
+mistakes while the chapter adds only four submissions to the bank.
 
 The two exercises are independent (`attention_rollout` does not call `attention_entropy`), so
 each mistake costs exactly its own exercise. The derivation is graded by hand: 0 points
@@ -43,6 +42,18 @@ def attention_entropy(weights):
     return -(weights * logw).sum(dim=-1)
 ''')
 
+ENTROPY_NORMALISED = _src('''
+import math
+
+import torch
+
+
+def attention_entropy(weights):
+    logw = torch.where(weights > 0, weights, torch.ones_like(weights)).log()
+    h = -(weights * logw).sum(dim=-1)
+    return h / math.log(weights.size(-1))  # as a fraction of the maximum ln S_k (mutant normalised_by_log_S_k)
+''')
+
 # ---------------------------------------------------------------- attention_rollout mistakes
 _ROLLOUT = '''
 import torch
@@ -64,6 +75,19 @@ ROLLOUT_WRONG_ORDER = _src(_ROLLOUT.format(residual=_RESIDUAL,
 ROLLOUT_NO_RESIDUAL = _src(_ROLLOUT.format(residual="# the residual path is left out (mutant no_residual)",
                                            product="A @ rollout"))
 
+ROLLOUT_NO_RENORM = _src('''
+import torch
+
+
+def attention_rollout(layer_weights):
+    rollout = None
+    for A in layer_weights:
+        S = A.size(-1)
+        A = 0.5 * A.mean(dim=1) + 0.5 * torch.eye(S, dtype=A.dtype)  # rows assumed to sum to 1 already:
+        rollout = A if rollout is None else A @ rollout  # never renormalised (mutant no_renormalisation)
+    return rollout
+''')
+
 SAMPLES = {
     "ch07_correct": ("chapter 07: the solution's answers", correct, FULL),
     "ch07_mistakes_nan_order": (
@@ -76,4 +100,10 @@ SAMPLES = {
         lambda: _with_answers(attention_entropy=ENTROPY_LOG2, attention_rollout=ROLLOUT_NO_RESIDUAL,
                               quiz_3='answer_3 = "a"'),
         _expect(attention_entropy=0, attention_rollout=0, quiz_3=0)),
+    "ch07_mistakes_normalised_renorm": (
+        "chapter 07: entropy divided by ln S_k (normalised), rollout rows not renormalised after adding I, "
+        "quiz 2 'a' (the residual path forgotten)",
+        lambda: _with_answers(attention_entropy=ENTROPY_NORMALISED, attention_rollout=ROLLOUT_NO_RENORM,
+                              quiz_2='answer_2 = "a"'),
+        _expect(attention_entropy=0, attention_rollout=0, quiz_2=0)),
 }

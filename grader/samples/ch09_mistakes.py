@@ -1,8 +1,8 @@
-"""Chapter 09 samples: the correct answers, and two submissions that each carry one realistic
+"""Chapter 09 samples: the correct answers, and three submissions that each carry one realistic
 mistake in every exercise (`repeat_kv`, `KVCache`, `GroupedQueryAttention`, `kv_cache_bytes`;
-names from the mutant banks in utils/checks/_ch09.py) and one wrong quiz answer, so that the
-chapter adds only three submissions to the bank. Each exercise therefore gets two distinct
-realistic mistakes here, not three (the budget allows at most three submissions per chapter).
+names from the mutant banks in utils/checks/_ch09.py) and one wrong quiz answer, so that every
+exercise meets three distinct realistic mistakes; with the hostile sample below the chapter adds
+five submissions to the bank.
 
 The wrong `GroupedQueryAttention`s repeat the kv heads inline (correctly), not through the
 submission's `repeat_kv`, which is wrong too; the check gives the module its own cache, so the
@@ -44,6 +44,14 @@ def repeat_kv(x, n_rep):
     return x[:, :, None].expand(B, H_kv, n_rep, S, D)  # heads never merged (mutant expand_without_reshape)
 ''')
 
+RK_NO_DIM = _src('''
+import torch
+
+
+def repeat_kv(x, n_rep):
+    return x.repeat_interleave(n_rep)  # no dim=: flattens x first (mutant repeat_interleave_without_dim)
+''')
+
 # ---------------------------------------------------------------- KVCache mistakes
 KV_CLASS_LISTS = _src('''
 import torch
@@ -74,6 +82,24 @@ class KVCache:
         else:  # the head dim, not the sequence dim (mutant concatenates_along_heads)
             self.k = torch.cat([self.k, k_new], dim=1)
             self.v = torch.cat([self.v, v_new], dim=1)
+        return self.k, self.v
+''')
+
+KV_PREPENDS = _src('''
+import torch
+
+
+class KVCache:
+    def __init__(self):
+        self.k = None
+        self.v = None
+
+    def update(self, k_new, v_new):
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+        else:  # newest first: the new positions go in front (mutant prepends_new_positions)
+            self.k = torch.cat([k_new, self.k], dim=-2)
+            self.v = torch.cat([v_new, self.v], dim=-2)
         return self.k, self.v
 ''')
 
@@ -120,6 +146,12 @@ GQA_TOP_LEFT = _src(_GQA.format(
 GQA_REPEAT_BEFORE_CACHE = _src(_GQA.format(
     before_cache=_REPEAT + "  # H heads into the cache (mutant quadratic_style_cache_of_repeated_heads)",
     after_cache="pass", mask="torch.ones(S, S_k, dtype=torch.bool).tril(diagonal=S_k - S)"))
+GQA_VIEW_NO_TRANSPOSE = _src(_GQA.format(before_cache="pass", after_cache=_REPEAT,
+                                         mask="torch.ones(S, S_k, dtype=torch.bool).tril(diagonal=S_k - S)")
+                             .replace("view(B, S, H, D_h).transpose(1, 2)", "view(B, H, S, D_h)"
+                                      "  # heads split without the transpose (mutant heads_mixed_by_view)")
+                             .replace("view(B, S, H_kv, D_h).transpose(1, 2)", "view(B, H_kv, S, D_h)")
+                             .replace("\n        pass", ""))
 
 # ---------------------------------------------------------------- kv_cache_bytes mistakes
 KVB_NO_FACTOR_2 = _src('''
@@ -131,6 +163,11 @@ KVB_GIB = _src('''
 def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
     n = 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_elem
     return n / 2**30  # GiB, a float (mutant returns_gib)
+''')
+
+KVB_NO_BATCH = _src('''
+def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+    return 2 * num_layers * num_kv_heads * head_dim * seq_len * bytes_per_elem  # one sequence (mutant forgets_batch)
 ''')
 
 # ---------------------------------------------------------------- hostile: every exercise hangs
@@ -188,6 +225,12 @@ SAMPLES = {
         lambda: _with_answers(repeat_kv=RK_NO_RESHAPE, KVCache=KV_CAT_HEADS, GroupedQueryAttention=GQA_REPEAT_BEFORE_CACHE,
                               kv_cache_bytes=KVB_GIB, quiz_2='answer_2 = "c"'),
         _expect(repeat_kv=0, KVCache=0, GroupedQueryAttention=0, kv_cache_bytes=0, quiz_2=0)),
+    "ch09_mistakes_order": (
+        "chapter 09: repeat_interleave without dim, new positions prepended to the cache, heads split by view "
+        "without the transpose, batch_size left out of the byte count, quiz 3 'a' (T key projections)",
+        lambda: _with_answers(repeat_kv=RK_NO_DIM, KVCache=KV_PREPENDS, GroupedQueryAttention=GQA_VIEW_NO_TRANSPOSE,
+                              kv_cache_bytes=KVB_NO_BATCH, quiz_3='answer_3 = "a"'),
+        _expect(repeat_kv=0, KVCache=0, GroupedQueryAttention=0, kv_cache_bytes=0, quiz_3=0)),
     "ch09_hostile_hang_everything": (
         "chapter 09: every exercise sleeps for ever and swallows interrupts; quizzes right (issue 7: worst-case cost)",
         lambda: _with_answers(repeat_kv=HANG_RK, KVCache=HANG_KV, GroupedQueryAttention=HANG_GQA, kv_cache_bytes=HANG_KVB),

@@ -1,9 +1,8 @@
-"""Chapter 10 samples: the correct answers, and two submissions that each carry one realistic
+"""Chapter 10 samples: the correct answers, and three submissions that each carry one realistic
 mistake in every exercise (`sliding_window_mask`, `sliding_window_attention`,
 `strided_sparse_mask`; names from the mutant banks in utils/checks/_ch10.py) and one wrong quiz
-answer, so that the chapter adds only three submissions to the bank. With two mistake
-submissions, each exercise has two distinct realistic mistakes here (not three): the make-test
-budget allows at most three submissions per chapter.
+answer, so that every exercise meets three distinct realistic mistakes while the chapter adds
+only four submissions to the bank.
 
 The wrong `sliding_window_attention`s never call the submission's `sliding_window_mask` (which is
 wrong too), so each mistake costs exactly one exercise. The written analysis of the
@@ -48,6 +47,15 @@ def sliding_window_mask(s, window, causal=False):
     return dist.abs() <= window
 ''')
 
+MASK_IGNORES_CAUSAL = _src('''
+import torch
+
+
+def sliding_window_mask(s, window, causal=False):
+    dist = torch.arange(s)[:, None] - torch.arange(s)[None, :]
+    return dist.abs() <= window  # the causal flag is never read (mutant ignores_causal)
+''')
+
 # ---------------------------------------------------------------- sliding_window_attention mistakes
 _SWA = '''
 import math
@@ -73,6 +81,12 @@ def sliding_window_attention(q, k, v, window, causal=False):
 '''
 SWA_PADDING_NOT_MASKED = _src(_SWA.format(
     mask_line="# the zero padding takes part in the softmax (mutant padding_not_masked)"))
+
+SWA_NO_SCALING = _src(_SWA.format(
+    mask_line='scores = scores.masked_fill(~is_key, float("-inf"))')
+    .replace("q / math.sqrt(D)", "q").replace('scores = torch.einsum("...sd,...sdw->...sw", q, k_win)',
+                                              'scores = torch.einsum("...sd,...sdw->...sw", q, k_win)'
+                                              '  # never divided by sqrt(D) (mutant no_scaling)'))
 
 SWA_QUADRATIC = _src('''
 import math
@@ -109,6 +123,17 @@ def strided_sparse_mask(s, stride):
     return (dist >= 0) & ((dist < stride) | (j % stride == 0))  # fixed columns (mutant modulo_on_j)
 ''')
 
+STRIDED_NOT_CAUSAL = _src('''
+import torch
+
+
+def strided_sparse_mask(s, stride):
+    dist = torch.arange(s)[:, None] - torch.arange(s)[None, :]
+    local = dist.abs() < stride
+    strided = dist % stride == 0
+    return local | strided  # j <= i never required: keys ahead too (mutant not_causal)
+''')
+
 SAMPLES = {
     "ch10_correct": ("chapter 10: the solution's answers", correct, FULL),
     "ch10_mistakes_boundaries": (
@@ -123,4 +148,10 @@ SAMPLES = {
         lambda: _with_answers(sliding_window_mask=MASK_LOOKS_AHEAD, sliding_window_attention=SWA_QUADRATIC,
                               strided_sparse_mask=STRIDED_MODULO_ON_J, quiz_2='answer_2 = "c"'),
         _expect(sliding_window_mask=0, sliding_window_attention=0, strided_sparse_mask=0, quiz_2=0)),
+    "ch10_mistakes_unscaled": (
+        "chapter 10: the causal flag ignored by the mask, banded scores not divided by sqrt(D), "
+        "strided pattern without the causal condition, quiz 3 'd' (S² with a smaller constant)",
+        lambda: _with_answers(sliding_window_mask=MASK_IGNORES_CAUSAL, sliding_window_attention=SWA_NO_SCALING,
+                              strided_sparse_mask=STRIDED_NOT_CAUSAL, quiz_3='answer_3 = "d"'),
+        _expect(sliding_window_mask=0, sliding_window_attention=0, strided_sparse_mask=0, quiz_3=0)),
 }

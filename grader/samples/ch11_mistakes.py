@@ -1,7 +1,7 @@
-"""Chapter 11 samples: the correct answers, and two submissions that each carry one realistic
+"""Chapter 11 samples: the correct answers, and three submissions that each carry one realistic
 mistake in every exercise (`elu_feature_map`, `linear_attention`, `causal_linear_attention`; names
-from the mutant banks in utils/checks/_ch11.py) and one wrong quiz answer, so that the chapter adds
-only three submissions to the bank. Each exercise therefore meets two distinct mistakes here.
+from the mutant banks in utils/checks/_ch11.py) and one wrong quiz answer, so that every exercise
+meets three distinct mistakes while the chapter adds only four submissions to the bank.
 
 The wrong `linear_attention`s and `causal_linear_attention`s compute φ inline (not through the
 submission's `elu_feature_map`, which is wrong too), so each mistake costs exactly one exercise.
@@ -41,6 +41,14 @@ def elu_feature_map(x):
     return F.relu(x) + 1  # right for x > 0 only; stays at 1 below 0 (mutant relu_plus_one)
 ''')
 
+PHI_ELU_ONLY = _src('''
+import torch.nn.functional as F
+
+
+def elu_feature_map(x):
+    return F.elu(x)  # the + 1 forgotten: negative for x < 0 (mutant elu_without_plus_one)
+''')
+
 # ---------------------------------------------------------------- linear_attention mistakes
 LINEAR_NO_NORMALISER = _src('''
 import torch.nn.functional as F
@@ -59,6 +67,20 @@ def linear_attention(q, k, v, eps=1e-6):
     phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
     sim = phi_q @ phi_k.transpose(-2, -1)  # (..., S_q, S_k): the matrix it should avoid (mutant quadratic_scores)
     return (sim @ v) / (sim.sum(dim=-1, keepdim=True) + eps)
+''')
+
+LINEAR_SCALED = _src('''
+import math
+
+import torch.nn.functional as F
+
+
+def linear_attention(q, k, v, eps=1e-6):
+    q = q / math.sqrt(q.size(-1))  # carried over from softmax attention (mutant scaled_by_sqrt_d)
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+    kv = phi_k.transpose(-2, -1) @ v
+    z = phi_k.sum(dim=-2)
+    return (phi_q @ kv) / (phi_q @ z.unsqueeze(-1) + eps)
 ''')
 
 # ---------------------------------------------------------------- causal_linear_attention mistakes
@@ -84,6 +106,10 @@ CAUSAL_NORMALISER_NOT_CAUSAL = _src(_CAUSAL.format(
     z="phi_k.sum(dim=-2, keepdim=True)  # all keys, the future included (mutant normaliser_not_causal)",
     shift="pass"))
 
+CAUSAL_PHI_ONLY_ON_KEYS = _src(_CAUSAL.format(z="phi_k.cumsum(dim=-2)", shift="pass").replace(
+    "phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1",
+    "phi_q, phi_k = q, F.elu(k) + 1  # φ applied to the keys only (mutant phi_only_on_keys)").replace("\n    pass", ""))
+
 SAMPLES = {
     "ch11_correct": ("chapter 11: the solution's answers", correct, FULL),
     "ch11_mistakes_relu": (
@@ -98,4 +124,10 @@ SAMPLES = {
         lambda: _with_answers(elu_feature_map=PHI_RELU_PLUS_ONE, linear_attention=LINEAR_QUADRATIC,
                               causal_linear_attention=CAUSAL_NORMALISER_NOT_CAUSAL, quiz_2='answer_2 = "a"'),
         _expect(elu_feature_map=0, linear_attention=0, causal_linear_attention=0, quiz_2=0)),
+    "ch11_mistakes_phi": (
+        "chapter 11: φ = elu without the + 1, q divided by sqrt(D) as in softmax attention, causal form with φ on "
+        "the keys only, quiz 3 'a' (a state that grows like a KV cache)",
+        lambda: _with_answers(elu_feature_map=PHI_ELU_ONLY, linear_attention=LINEAR_SCALED,
+                              causal_linear_attention=CAUSAL_PHI_ONLY_ON_KEYS, quiz_3='answer_3 = "a"'),
+        _expect(elu_feature_map=0, linear_attention=0, causal_linear_attention=0, quiz_3=0)),
 }

@@ -1,8 +1,7 @@
-"""Chapter 14 samples: the correct answers, and two submissions that each carry one realistic
+"""Chapter 14 samples: the correct answers, and three submissions that each carry one realistic
 mistake in every exercise (`TinyGPT`, `generate`; names from the mutant banks in
-utils/checks/_ch14.py) and one wrong quiz answer, so that the chapter adds only three submissions
-to the bank. Each exercise therefore gets two distinct mistakes here, not three (the bank's budget
-allows three submissions per chapter).
+utils/checks/_ch14.py) and one wrong quiz answer, so that every exercise meets three distinct
+mistakes while the chapter adds only four submissions to the bank.
 
 `generate` is checked on the check's own model, never on the submission's `TinyGPT`, so each
 mistake costs exactly its own exercise.
@@ -47,6 +46,14 @@ def _tinygpt_rope_from_zero() -> str:  # mutant rope_ignores_start_pos
     )
 
 
+def _tinygpt_merge_without_transpose() -> str:  # mutant heads_merged_without_transpose
+    return _solution_with(
+        "TinyGPT",
+        "out = (weights @ v).transpose(1, 2).reshape(B, S, H * D_h)",
+        "out = (weights @ v).reshape(B, S, H * D_h)  # no transpose first (mutant heads_merged_without_transpose)",
+    )
+
+
 def _generate_refeeds() -> str:  # mutant refeeds_whole_sequence_with_cache
     return _solution_with(
         "generate",
@@ -63,6 +70,14 @@ def _generate_one_cache_object() -> str:  # mutant one_cache_object_for_all_laye
     )
 
 
+def _generate_start_pos_off_by_one() -> str:  # mutant start_pos_off_by_one
+    return _solution_with(
+        "generate",
+        "start_pos=idx.size(1) - 1)",
+        "start_pos=idx.size(1))  # the newest token counted as cached (mutant start_pos_off_by_one)",
+    )
+
+
 SAMPLES = {
     "ch14_correct": ("chapter 14: the solution's answers", correct, FULL),
     "ch14_mistakes_tiled_refeed": (
@@ -74,4 +89,10 @@ SAMPLES = {
         lambda: _with_answers(TinyGPT=_tinygpt_rope_from_zero(), generate=_generate_one_cache_object(),
                               quiz_1='answer_1 = "b"'),
         _expect(TinyGPT=0, generate=0, quiz_1=0)),
+    "ch14_mistakes_merge_start_pos": (
+        "chapter 14: heads merged by reshape without the transpose, decode start_pos one too far, "
+        "quiz 3 'd' (the cache as an approximation)",
+        lambda: _with_answers(TinyGPT=_tinygpt_merge_without_transpose(), generate=_generate_start_pos_off_by_one(),
+                              quiz_3='answer_3 = "d"'),
+        _expect(TinyGPT=0, generate=0, quiz_3=0)),
 }

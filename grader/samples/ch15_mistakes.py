@@ -1,8 +1,8 @@
-"""Chapter 15 samples: the correct answers, and two submissions that each carry one realistic
+"""Chapter 15 samples: the correct answers, and three submissions that each carry one realistic
 mistake in the chapter's one exercise (`fit_loglog_slope`; mutant names from the bank in
-utils/checks/_ch15.py) and one wrong quiz answer, so that the chapter adds only three submissions
-to the bank. With a single exercise and at most three submissions, `fit_loglog_slope` gets two
-distinct mistakes here (the check's own tests cover the rest of its mutant bank).
+utils/checks/_ch15.py) and one wrong quiz answer, so that `fit_loglog_slope` meets three distinct
+mistakes while the chapter adds only four submissions to the bank (the check's own tests cover
+the rest of its mutant bank).
 
 The chapter has no derivation; every grade cell is graded automatically.
 
@@ -44,6 +44,17 @@ def fit_loglog_slope(sizes, costs):
     return math.log(costs[-1] / costs[0]) / math.log(sizes[-1] / sizes[0])
 ''')
 
+SLOPE_COV_DDOF = _src('''
+import numpy as np
+
+
+def fit_loglog_slope(sizes, costs):
+    x = np.log(np.asarray(sizes, dtype=np.float64))
+    y = np.log(np.asarray(costs, dtype=np.float64))
+    # np.cov divides by N - 1, np.var by N (mutant cov_ddof_mismatch)
+    return float(np.cov(x, y)[0, 1] / np.var(x))
+''')
+
 SAMPLES = {
     "ch15_correct": ("chapter 15: the solution's answers", correct, FULL),
     "ch15_mistakes_no_logs": (
@@ -54,4 +65,8 @@ SAMPLES = {
         "chapter 15: slope through the first and last points only, quiz 2 'a'",
         lambda: _with_answers(fit_loglog_slope=SLOPE_END_POINTS, quiz_2='answer_2 = "a"'),
         _expect(fit_loglog_slope=0, quiz_2=0)),
+    "ch15_mistakes_ddof": (
+        "chapter 15: np.cov (N - 1) over np.var (N), quiz 3 'c' (FlashAttention)",
+        lambda: _with_answers(fit_loglog_slope=SLOPE_COV_DDOF, quiz_3='answer_3 = "c"'),
+        _expect(fit_loglog_slope=0, quiz_3=0)),
 }
