@@ -943,3 +943,27 @@ def test_closed_figures_still_render_for_display(make):
         else:
             png = print_figure(fig, "png", dpi=30)
     assert png.startswith(b"\x89PNG")
+
+
+def test_plot_masks_one_panel_per_mask_with_sparse_ticks():
+    S = 12
+    masks = {"causal": torch.ones(S, S).tril().bool(), "window": torch.ones(S, S).tril().triu(-2).bool()}
+    fig = P.plot_masks(masks, tick_every=4)
+    assert isinstance(fig, Figure)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["causal", "window"]
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == ["0", "4", "8"]
+    with pytest.raises(ValueError, match="non-empty dict"):
+        P.plot_masks({})
+
+
+def test_plot_tree_draws_every_node_and_edge_and_names_a_bad_edge():
+    nodes = {"a": (1.0, 1.0, "root\nA", None, True), "b": (4.0, 2.0, "child B", "full", True),
+             "c": (4.0, 0.0, "child C", None, False)}
+    fig = P.plot_tree(nodes, [("a", "b", "changes x"), ("a", "c", "")], note="legend", title="tree")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert {"root\nA", "child B", "child C", "changes x", "legend"} <= set(texts)
+    assert len(fig.axes[0].patches) == 3
+    FigureCanvasAgg(fig).draw()
+    with pytest.raises(ValueError, match="names no node 'z'"):
+        P.plot_tree(nodes, [("a", "z", "")])
