@@ -967,3 +967,14 @@ def test_plot_tree_draws_every_node_and_edge_and_names_a_bad_edge():
     FigureCanvasAgg(fig).draw()
     with pytest.raises(ValueError, match="names no node 'z'"):
         P.plot_tree(nodes, [("a", "z", "")])
+
+
+def test_panels_gives_axes_for_the_helpers():
+    fig, axes = P.panels(2, figsize=(8, 3), title="two panels")
+    assert len(axes) == 2 and fig._suptitle.get_text() == "two panels"
+    P.plot_lines([1, 2, 3], {"a": [1, 2, 3]}, ax=axes[0])
+    P.plot_lines([1, 2, 3], {"b": [3, 2, 1]}, ax=axes[1])
+    assert axes[1].get_lines() and not plt.get_fignums()
+    FigureCanvasAgg(fig).draw()
+    with pytest.raises(ValueError, match="ncols and nrows"):
+        P.panels(0)

@@ -63,6 +63,7 @@ __all__ = [
     "plot_histograms",
     "plot_masks",
     "plot_tree",
+    "panels",
     "series_color",
     "set_colors",
     "reset_colors",
@@ -1571,3 +1572,19 @@ def plot_tree(nodes, edges, *, note=None, title=None, box=(2.4, 0.86), figsize=(
         if title:
             fig.suptitle(_text(title), y=0.985)
     return _finish(fig, True)
+
+
+def panels(ncols=2, nrows=1, *, figsize=None, title=None):
+    """An empty figure of ``nrows × ncols`` panels in the course's style, to fill with the
+    ``plot_*`` helpers through their ``ax=`` argument; make ``fig`` the cell's last expression.
+
+    Returns ``(fig, axes)``, ``axes`` a flat list (row by row). The figure is not kept by pyplot, so
+    a notebook shows it once.
+    """
+    if int(ncols) < 1 or int(nrows) < 1:
+        raise ValueError(f"panels: ncols and nrows must be >= 1; got {ncols}, {nrows}")
+    with set_style():
+        fig, axes = _new_figure(figsize or (5.2 * ncols, 3.8 * nrows), int(nrows), int(ncols))
+        if title:
+            fig.suptitle(_text(title))
+    return _finish(fig, True), [ax for row in axes for ax in row]
