@@ -223,17 +223,42 @@ def for_execution(nb):
     constants). Demo cells score nothing; skipping their computations makes grading faster and
     leaves a hanging learner function fewer chances to eat the notebook's time budget."""
     run = copy.deepcopy(nb)
-    for cell in run.cells:
-        if cell.cell_type != "code" or is_test(cell) or is_answer(cell) or not nbg(cell).get("locked"):
-            continue
+    demo = [c for c in run.cells if c.cell_type == "code" and not is_test(c) and not is_answer(c) and nbg(c).get("locked")]
+    kept = {}
+    for cell in demo:
         tree = verify.parse_cell(cell.source)
-        keep = []
-        for node in (tree.body if tree is not None else []):
-            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or \
-                    (isinstance(node, ast.Assign) and verify._is_constant(node.value)):
-                keep.append(ast.unparse(node))
-        cell.source = "\n".join(keep)
+        kept[id(cell)] = [node for node in (tree.body if tree is not None else [])
+                          if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                          or (isinstance(node, ast.Assign) and verify._is_constant(node.value))]
+    used = _names_used([verify.parse_cell(c.source) for c in run.cells if c.cell_type == "code" and c not in demo]
+                       + [n for nodes in kept.values() for n in nodes if not isinstance(n, (ast.Import, ast.ImportFrom))])
+    for cell in demo:
+        cell.source = "\n".join(ast.unparse(n) for n in kept[id(cell)] if not _only_for_plots(n, used))
     return run
+
+
+# Imported by demo cells for figures and widgets only: about a second of every graded kernel's
+# start. Left out when no code that runs (the learner's cells, the definitions kept) uses a name
+# they bind.
+PLOT_MODULES = ("matplotlib", "seaborn", "ipywidgets", "utils.plotting")
+
+
+def _names_used(trees) -> set:
+    names = set()
+    for tree in trees:
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Name):
+                names.add(node.id)
+    return names
+
+
+def _only_for_plots(node, used: set) -> bool:
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        return False
+    mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+    if not all(any(m == p or m.startswith(p + ".") for p in PLOT_MODULES) for m in mods):
+        return False
+    return not {(a.asname or a.name).split(".")[0] for a in node.names} & used
 
 
 def _store(nb, work: Path, job: Job) -> None:
