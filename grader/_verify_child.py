@@ -119,9 +119,7 @@ def run_exercise(payload, chunks, out_name):
             except TypeError as err:
                 outputs.append({"__crashed__": str(err)})
                 break
-        else:
-            result["outputs"] = outputs
-        if "outputs" not in result and "error" not in result:
+        if "error" not in result:  # every case, or the cases up to the first that crashed
             result["outputs"] = outputs
     torch.save(result, out_name)
 

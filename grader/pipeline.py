@@ -230,7 +230,7 @@ def for_execution(nb):
         kept[id(cell)] = [node for node in (tree.body if tree is not None else [])
                           if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                           or (isinstance(node, ast.Assign) and verify._is_constant(node.value))]
-    used = _names_used([verify.parse_cell(c.source) for c in run.cells if c.cell_type == "code" and c not in demo]
+    used = _names_used([verify.parse_cell(c.source) for c in run.cells if c.cell_type == "code" and id(c) not in kept]
                        + [n for nodes in kept.values() for n in nodes if not isinstance(n, (ast.Import, ast.ImportFrom))])
     for cell in demo:
         cell.source = "\n".join(ast.unparse(n) for n in kept[id(cell)] if not _only_for_plots(n, used))

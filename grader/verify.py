@@ -33,7 +33,6 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -241,3 +241,28 @@ def test_timing_report(graded):
     (tmp / "reports" / "timing.txt").write_text(report + "\n")
     print("\n" + report)
     assert entry["grade_seconds"] > 0 and plain > 0
+
+
+def test_demo_cells_run_only_their_definitions_and_drop_unused_plotting_imports():
+    """Grading runs a locked demo cell as its definitions only; an import of a plotting module is
+    left out unless code that runs (a learner's cell, a kept definition) uses a name it binds."""
+    import nbformat
+
+    from grader.pipeline import for_execution
+
+    def demo(src):
+        return nbformat.v4.new_code_cell(src, metadata={"nbgrader": {"locked": True, "grade": False,
+                                                                     "solution": False, "grade_id": "demo-x"}})
+
+    nb = nbformat.v4.new_notebook(cells=[
+        demo("import math\nfrom utils.plotting import plot_lines\nimport matplotlib.pyplot as plt\n"
+             "x = train_for_a_minute()\nplot_lines([1], {'a': [1]})\nEPS = 1e-6"),
+        demo("from utils.plotting import plot_attention\ndef show(w):\n    return plot_attention(w)"),
+        demo("from utils.plotting import plot_heads"),
+        nbformat.v4.new_code_cell("plot_heads  # the learner's own cell uses it"),
+    ])
+    run = for_execution(nb)
+    assert run.cells[0].source == "import math\nEPS = 1e-06"
+    assert "from utils.plotting import plot_attention" in run.cells[1].source  # a kept definition uses it
+    assert run.cells[2].source == "from utils.plotting import plot_heads"  # the learner's cell uses it
+    assert nb.cells[0].source.startswith("import math\nfrom utils.plotting")  # the submission is untouched
