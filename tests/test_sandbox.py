@@ -186,34 +186,34 @@ def test_grading_as_an_ordinary_user_gains_nothing_and_touches_nothing(tmp_path,
     from grader.samples import bank
 
     prefix = _as_nobody(tmp_path)
-    tmp_path = Path(tempfile.mkdtemp(prefix="grade-as-nobody-", dir="/tmp"))  # pytest's own tree is 0700
-    request_cleanup.append(tmp_path)
-    os.chmod(tmp_path, 0o755)
-    home = tmp_path / "home"
-    subs = tmp_path / "subs"
+    root = Path(tempfile.mkdtemp(prefix="grade-as-nobody-", dir="/tmp"))  # nobody cannot enter pytest's 0700 tree
+    request_cleanup.append(root)
+    os.chmod(root, 0o755)
+    home = root / "home"
+    subs = root / "subs"
     for student in ("hostile_escape", "correct"):
         folder = subs / student / bank.A
         folder.mkdir(parents=True)
         (folder / f"{bank.A}.ipynb").write_text(json.dumps(bank.SAMPLES[student][1]()))
     nobody = pwd.getpwnam("nobody")
-    for d in (home, tmp_path / "work", tmp_path / "reports", tmp_path / "secret"):  # the instructor's own folders
+    for d in (home, root / "work", root / "reports", root / "secret"):  # the instructor's own folders
         d.mkdir(exist_ok=True)
         os.chown(d, nobody.pw_uid, nobody.pw_gid)
     for p in [subs, *subs.rglob("*")]:  # the class's submissions: readable
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
-    env = dict(os.environ, HOME=str(home), TMPDIR=str(home), GRADER_SECRET_FILE=str(tmp_path / "secret" / "salt"),
-               GRADEBOOK_URL=f"sqlite:///{tmp_path}/work/gradebook.db", JUPYTER_CONFIG_PATH=str(course.GRADER),
+    env = dict(os.environ, HOME=str(home), TMPDIR=str(home), GRADER_SECRET_FILE=str(root / "secret" / "salt"),
+               GRADEBOOK_URL=f"sqlite:///{root}/work/gradebook.db", JUPYTER_CONFIG_PATH=str(course.GRADER),
                GRADER_CELL_TIMEOUT="20")
     res = subprocess.run([*prefix, PY, "-m", "grader", "autograde", "--quiet", "--submissions", str(subs),
-                          "--reports", str(tmp_path / "reports"), "--work", str(tmp_path / "work")],
+                          "--reports", str(root / "reports"), "--work", str(root / "work")],
                          capture_output=True, text=True, env=env, cwd=course.ROOT, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    with open(tmp_path / "reports" / "exercises.csv", newline="") as f:
+    with open(root / "reports" / "exercises.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     got = {(r["student_id"], r["exercise"]): float(r["score"]) for r in rows}
     for student in ("hostile_escape", "correct"):
         for exercise, score in bank.SAMPLES[student][2].items():
             assert got[(student, exercise)] == score, (student, exercise, got)
     assert json.loads((subs / "correct" / bank.A / f"{bank.A}.ipynb").read_text())["cells"]
-    for d in ("/", "/tmp", "/work", str(tmp_path)):
+    for d in ("/", "/tmp", "/work", str(root)):
         assert not os.path.exists(os.path.join(d, "CANARY-escaped")), d
