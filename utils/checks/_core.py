@@ -116,10 +116,17 @@ class Mutant:
 
 @dataclass
 class Variant:
-    """A correct answer written differently from the reference; it must pass the check."""
+    """A correct answer written differently from the reference; it must pass the check.
+
+    ``demo=True`` marks the accepted answer that differs most from the course's solution (its
+    memory profile, code path, float precision, parameter initialisation): CI executes the
+    solution notebook with it in place of the solution (``tests/test_notebook_variants.py``), so
+    every later cell must run, asserts included, whichever correct answer a learner wrote.
+    """
 
     name: str
     impl: Any
+    demo: bool = False
 
 
 @dataclass

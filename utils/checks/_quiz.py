@@ -1,10 +1,18 @@
 """Self-check questions: formative, answered at once, with a small weight in the grade.
 
 The visible part of a quiz grade cell checks the answer's format and, when the author gives the
-answer's ``key`` (a digest, see :func:`quiz_key`) and a ``why``, says at once whether it is right
-and why. The hidden part, stripped from the learner's release, asserts the value for the grade.
+answer's ``key`` (a digest salted with the question's id ``qid``, see :func:`quiz_key`), says at
+once whether it is right:
+
+* a right answer prints ✅ and the explanation ``why``;
+* a wrong answer raises with the ``hint``: which idea to revisit, never the answer. The ``why`` is
+  never shown for a wrong answer.
+
+The hidden part, stripped from the learner's release, asserts the value for the grade.
 """
 import hashlib
+import math
+import numbers
 
 from ._core import CheckFailure
 
@@ -15,28 +23,40 @@ def _digest(text: str) -> str:
     return hashlib.sha256(f"attention-course-quiz:{text}".encode()).hexdigest()[:12]
 
 
-def quiz_key(answer, decimals: int | None = None) -> str:
+def _canonical(answer, decimals: int | None) -> str:
+    if decimals is not None:
+        return f"{round(float(answer), decimals):.{decimals}f}"
+    return str(answer).strip().lower()
+
+
+def quiz_key(answer, decimals: int | None = None, qid: str | None = None) -> str:
     """The digest that a quiz cell's ``key=`` holds for ``answer`` (authors run this once).
 
-    A letter: ``quiz_key("b")``. A number, compared after rounding: ``quiz_key(0.25, decimals=2)``.
+    ``qid`` names the question (e.g. ``"03.q1"``: chapter and question); it salts the digest, so
+    the same letter gives a different key in every question. A letter:
+    ``quiz_key("b", qid="03.q1")``. A number, compared after rounding:
+    ``quiz_key(0.25, decimals=2, qid="00.q2")``.
     """
-    if decimals is not None:
-        return _digest(f"{round(float(answer), decimals):.{decimals}f}")
-    return _digest(str(answer).strip().lower())
+    text = _canonical(answer, decimals)
+    return _digest(f"{qid}:{text}" if qid is not None else text)
 
 
-def _verdict(right: bool, why: str | None, shown: str) -> None:
+def _verdict(right: bool, shown: str, why: str | None, hint: str | None) -> None:
     if right:
         print(f"✅ Right: {shown}." + (f" {why}" if why else ""))
         return
-    raise CheckFailure(f"Not quite: {shown} is not the answer." + (f" A hint: {why}" if why else ""))
+    raise CheckFailure(
+        f"Not quite: {shown} is not the answer." + (f" A hint: {hint}" if hint else " Think it through again.")
+    )
 
 
-def check_choice(answer, choices: str = "abcd", key: str | None = None, why: str | None = None) -> None:
+def check_choice(answer, choices: str = "abcd", key: str | None = None, why: str | None = None,
+                 hint: str | None = None, qid: str | None = None) -> None:
     """The answer to a multiple-choice question: one letter from ``choices``, e.g. "b".
 
-    With ``key`` (``quiz_key`` of the right letter) it says at once whether the answer is right;
-    ``why`` is one sentence of explanation, shown with the verdict.
+    With ``key`` (``quiz_key(letter, qid=qid)`` of the right letter) it says at once whether the
+    answer is right. ``why``: the explanation, shown only with a right answer. ``hint``: shown with
+    a wrong answer; it points at the idea to revisit and never states the answer.
     """
     if answer is None or answer is ...:
         raise CheckFailure(f"Set your answer to one of {', '.join(repr(c) for c in choices)}.")
@@ -48,18 +68,22 @@ def check_choice(answer, choices: str = "abcd", key: str | None = None, why: str
     if key is None:
         print(f"Answer recorded: {letter!r} (graded when you submit).")
         return
-    _verdict(quiz_key(letter) == key, why, repr(letter))
+    _verdict(quiz_key(letter, qid=qid) == key, repr(letter), why, hint)
 
 
-def check_number(answer, key: str | None = None, decimals: int = 2, why: str | None = None) -> None:
-    """The answer to a numeric question: an int or a float.
+def check_number(answer, key: str | None = None, decimals: int = 2, why: str | None = None,
+                 hint: str | None = None, qid: str | None = None) -> None:
+    """The answer to a numeric question: an int or a float (an expression such as ``math.log(2)``
+    is fine: its value is what counts).
 
-    With ``key`` (``quiz_key(value, decimals)``) it says at once whether the answer, rounded to
-    ``decimals`` places, is right.
+    With ``key`` (``quiz_key(value, decimals, qid=qid)``) it says at once whether the answer,
+    rounded to ``decimals`` places, is right; ``why`` and ``hint`` as in :func:`check_choice`.
     """
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
         raise CheckFailure(f"The answer should be a number (int or float); got {answer!r}.")
+    if not math.isfinite(float(answer)):
+        raise CheckFailure(f"The answer should be a finite number; got {answer!r}.")
     if key is None:
         print(f"Answer recorded: {answer!r} (graded when you submit).")
         return
-    _verdict(quiz_key(answer, decimals) == key, why, f"{answer!r}")
+    _verdict(quiz_key(answer, decimals, qid=qid) == key, f"{answer!r}", why, hint)
