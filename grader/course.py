@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,29 +25,43 @@ def secret_path() -> Path:
     return Path(os.environ.get("GRADER_SECRET_FILE", str(GRADER / ".secret" / "salt")))
 
 
-def secret_salt() -> str:
-    path = secret_path()
-    try:
-        data = path.read_text().strip()
-        if len(data) >= 32:
-            return data
-    except OSError:
-        pass
-    import secrets
+_SALT_LOCK = threading.Lock()
 
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path.parent, 0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
-    try:
-        os.link(tmp, path)  # the first writer wins; everyone reads the same salt
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
-    return path.read_text().strip()
+
+def secret_salt() -> str:
+    """The salt, made atomically at first use: each writer writes its own uniquely named temporary
+    file (``mkstemp``: unique across threads and processes, unlike a name made of the process id)
+    and links it to the final name; the first link wins and every thread and process reads the
+    same salt. Grading threads of one process also serialise here."""
+    path = secret_path()
+    with _SALT_LOCK:
+        try:
+            data = path.read_text().strip()
+            if len(data) >= 32:
+                return data
+        except OSError:
+            pass
+        import secrets
+        import tempfile
+
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path.parent, 0o700)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+            try:
+                os.link(tmp, path)  # the first writer wins; everyone reads the same salt
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(tmp)
+        for _ in range(50):  # another process's link is complete once it exists: read it
+            data = path.read_text().strip()
+            if len(data) >= 32:
+                return data
+            time.sleep(0.02)
+        raise RuntimeError(f"the grader's secret salt {path} is unusable (shorter than 32 characters)")
 
 
 def assignments() -> list[str]:

@@ -20,8 +20,9 @@ Everything a sandboxed process can reach is listed here; nothing else of the hos
   ``Limits.file_bytes``, but cannot replace it by a link or a FIFO, or create any other host file).
   Outputs are read back with :func:`read_regular` (no link followed, no blocking, size-capped), and
   the run's host folder is deleted afterwards.
-* **Limits.** A cgroup (v1 or v2, where writable) caps processes and memory, rlimits cap address
-  space, CPU time, file size and open files, and a wall-clock timeout kills the whole process group.
+* **Limits.** A cgroup (v1 or v2, where writable) caps processes, memory and the CPU of all the
+  run's processes together (``Limits.cpu_cores``; without a cpu controller: nice 19), rlimits cap
+  address space, CPU time, file size and open files, and a wall-clock timeout kills the whole process group.
   No network: a new network namespace with only loopback.
 
 Without bubblewrap the limits stay and a warning says the filesystem and network are not isolated.
@@ -61,6 +62,9 @@ class Limits:
     cpu_seconds: int = 900  # per process (RLIMIT_CPU)
     file_bytes: int = 64 * 2**20  # largest file a process may write (RLIMIT_FSIZE)
     open_files: int = 512
+    # All processes of one run together (cgroup cpu.max / cfs quota): busy loops in any number of
+    # processes or sessions get at most this many cores; 0: no cap. Without a cpu cgroup: nice 19.
+    cpu_cores: float = float(os.environ.get("GRADER_SANDBOX_CPUS", "1"))
     scratch_bytes: int = 256 * 2**20  # the tmpfs holding the working folder and /tmp
 
 
@@ -75,6 +79,7 @@ class Result:
     notes: list = field(default_factory=list)
     outputs: dict = field(default_factory=dict)  # name -> bytes, or None when unusable
     output_problems: dict = field(default_factory=dict)  # name -> why it is unusable
+    cpu_capped: bool = False  # all the run's processes shared Limits.cpu_cores (a cpu cgroup)
 
 
 # ------------------------------------------------------------------------------ reading scratch
@@ -256,12 +261,99 @@ def _bwrap_command(cmd: list[str], limits: Limits, binds: list[tuple[Path, str, 
 
 
 # ------------------------------------------------------------------------------------- cgroups
+CGROUP_PREFIX = "attention-grader-"
+_SWEEP_LOCK = threading.Lock()
+_SWEPT = False
+
+
+def _cgroup_roots() -> list[Path]:
+    base = Path("/sys/fs/cgroup")
+    if (base / "cgroup.controllers").exists():  # v2, unified
+        return [base]
+    return [base / c for c in ("pids", "memory", "cpu", "cpu,cpuacct") if (base / c).is_dir()]
+
+
+def sweep_cgroups() -> list[str]:
+    """Remove ``attention-grader-*`` cgroups whose grading process is gone (a batch killed before
+    it could remove its own): their processes are killed and the folders removed. Returns what
+    was removed. Runs once per grading process, at its first sandbox."""
+    removed = []
+    for root in _cgroup_roots():
+        try:
+            found = [p for p in root.iterdir() if p.name.startswith(CGROUP_PREFIX) and p.is_dir()]
+        except OSError:
+            continue
+        for d in found:
+            try:
+                owner = int(d.name[len(CGROUP_PREFIX):].split("-")[0])
+            except ValueError:
+                continue
+            if owner == os.getpid() or Path(f"/proc/{owner}").exists():
+                continue  # a live grading process's own cgroup
+            _kill_cgroup_procs(d)
+            for _ in range(20):
+                try:
+                    d.rmdir()
+                    removed.append(str(d))
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+    return removed
+
+
+def _kill_cgroup_procs(d: Path) -> bool:
+    try:
+        pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return False
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return bool(pids)
+
+
+def _v2_enable_controllers(root: Path) -> None:
+    """cgroup v2: the cpu, memory and pids controllers must be enabled in the parent's
+    ``cgroup.subtree_control`` for a child cgroup to have their files (best effort)."""
+    try:
+        enabled = set((root / "cgroup.subtree_control").read_text().split())
+        available = set((root / "cgroup.controllers").read_text().split())
+    except OSError:
+        return
+    for ctl in ("cpu", "memory", "pids"):
+        if ctl in available and ctl not in enabled:
+            try:
+                (root / "cgroup.subtree_control").write_text(f"+{ctl}")
+            except OSError:
+                pass
+
+
 class _Cgroup:
-    """A pids + memory cgroup for one sandboxed run, where the machine lets us make one."""
+    """A pids + memory + cpu cgroup for one sandboxed run, where the machine lets us make one.
+
+    CPU: every process of the run together gets at most ``Limits.cpu_cores`` cores (v2
+    ``cpu.max``, v1 ``cpu.cfs_quota_us``), however many processes or sessions learner code starts,
+    so 240 busy loops slow down only their own sandbox. ``cpu_limited`` says whether that cap is in
+    place; without a writable cpu controller the fallback is the per-process ``RLIMIT_CPU`` and
+    ``nice`` 19 for every process of the run (inherited, and an unprivileged process cannot lower
+    it): the machine's other work (the grader, other students' sandboxes at nice 0) still runs first.
+    """
 
     def __init__(self, limits: Limits):
+        global _SWEPT
+        with _SWEEP_LOCK:
+            if not _SWEPT:
+                _SWEPT = True
+                sweep_cgroups()
         self.dirs: list[Path] = []
-        name = f"attention-grader-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.cpu_limited = False
+        name = f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        period = 100_000
+        quota = str(max(int(limits.cpu_cores * period), 1000))
         v1 = Path("/sys/fs/cgroup/pids")
         if v1.is_dir() and os.access(v1, os.W_OK):
             self._make(v1 / name, {"pids.max": str(limits.max_processes)})
@@ -269,23 +361,36 @@ class _Cgroup:
             if mem.is_dir() and os.access(mem, os.W_OK):
                 self._make(mem / name, {"memory.limit_in_bytes": str(limits.memory_bytes),
                                         "memory.memsw.limit_in_bytes": str(limits.memory_bytes)})
+            for cpu in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct")):
+                if cpu.is_dir() and os.access(cpu, os.W_OK) and limits.cpu_cores:
+                    ok = self._make(cpu / name, {"cpu.cfs_period_us": str(period), "cpu.cfs_quota_us": quota})
+                    self.cpu_limited = ok.get("cpu.cfs_quota_us", False)
+                    break
         else:
             v2 = Path("/sys/fs/cgroup")
             if (v2 / "cgroup.controllers").exists() and os.access(v2, os.W_OK):
-                self._make(v2 / name, {"pids.max": str(limits.max_processes),
-                                       "memory.max": str(limits.memory_bytes), "memory.swap.max": "0"})
+                _v2_enable_controllers(v2)
+                settings = {"pids.max": str(limits.max_processes), "memory.max": str(limits.memory_bytes),
+                            "memory.swap.max": "0"}
+                if limits.cpu_cores:
+                    settings["cpu.max"] = f"{quota} {period}"
+                ok = self._make(v2 / name, settings)
+                self.cpu_limited = ok.get("cpu.max", False)
 
-    def _make(self, path: Path, settings: dict) -> None:
+    def _make(self, path: Path, settings: dict) -> dict:
         try:
             path.mkdir()
         except OSError:
-            return
+            return {}
         self.dirs.append(path)
+        ok = {}
         for key, value in settings.items():
             try:
                 (path / key).write_text(value)
+                ok[key] = True
             except OSError:
-                pass  # e.g. memsw without swap accounting
+                ok[key] = False  # e.g. memsw without swap accounting
+        return ok
 
     @property
     def active(self) -> bool:
@@ -312,32 +417,35 @@ class _Cgroup:
         return False
 
     def kill_all(self) -> None:
-        for _ in range(50):
+        for _ in range(100):
             alive = False
             for d in self.dirs:
-                try:
-                    pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
-                except OSError:
-                    pids = []
-                for pid in pids:
-                    alive = True
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                alive |= _kill_cgroup_procs(d)
             if not alive:
                 return
             time.sleep(0.05)
 
     def remove(self) -> None:
+        """Kill what is left and remove the folders; one that is still busy (a process the kernel
+        has not finished tearing down) is retried for 10 s in the background, and the next grading
+        process's ``sweep_cgroups`` removes anything that still outlives this one."""
         self.kill_all()
-        for d in self.dirs:
-            for _ in range(40):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.05)
+        left = [d for d in self.dirs if not _rmdir_retry(d, 40)]
+        if left:
+            threading.Thread(target=lambda: [_rmdir_retry(d, 200) for d in left], daemon=True).start()
+
+
+def _rmdir_retry(d: Path, tries: int) -> bool:
+    for _ in range(tries):
+        try:
+            d.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            _kill_cgroup_procs(d)
+            time.sleep(0.05)
+    return False
 
 
 def _preexec(limits: Limits, cgroup: _Cgroup, uid: int | None):
@@ -349,6 +457,8 @@ def _preexec(limits: Limits, cgroup: _Cgroup, uid: int | None):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if not cgroup.cpu_limited:  # the fallback CPU cap: see _Cgroup
+            os.nice(19)
         if not cgroup.active:  # without a pids cgroup, RLIMIT_NPROC (per uid) is the fork-storm guard
             n = limits.max_processes + (0 if uid is not None else _count_own_processes())
             resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
@@ -463,7 +573,7 @@ def run(cmd: list[str], files: dict | None = None, outputs: dict | None = None, 
                     notes.append(f"a process was killed for using more than {limits.memory_bytes / 2**30:.0f} GiB of memory")
                 cgroup.remove()
         result = Result(proc.returncode, timed_out, _tail(out_path), _tail(err_path), time.monotonic() - start,
-                        isolated, notes)
+                        isolated, notes, cpu_capped=cgroup.cpu_limited)
         for name, cap in outputs.items():
             data, why = read_regular(work / name, cap)
             if data is not None and not data and why is None:
