@@ -501,7 +501,7 @@ class _VTinyGPTLibrary(nn.Module):
         return self.lm_head(self.norm_f(h)), caches
 
 
-TINYGPT_VARIANTS = [Variant("scratch_pieces_grouped_einsum_other_order", _VTinyGPTScratch),
+TINYGPT_VARIANTS = [Variant("scratch_pieces_grouped_einsum_other_order", _VTinyGPTScratch, demo=True),
                     Variant("library_pieces_sdpa_complex_rope", _VTinyGPTLibrary)]
 
 TINYGPT_CONTRACT = """A small decoder-only transformer: token embedding, n_layers pre-norm blocks, final norm, LM head.
@@ -562,6 +562,11 @@ REPREFILLS = ("with use_cache=True fresh, empty caches were given to forward aga
               "the caches once, prefill the prompt once, then reuse the same caches for every new token.")
 NO_CROP = ("without the cache the sequence grew past max_len: crop it to its last max_len tokens, "
            "idx[:, -model.max_len:], before each forward.")
+PLAIN_START_POS = ("without a cache, start_pos must stay 0: every step runs the whole sequence (cropped to its "
+                   "last max_len tokens), so its first token sits at position 0; a non-zero start_pos shifts every "
+                   "RoPE position (and overruns max_len). Call model(idx[:, -model.max_len:]) with caches=None.")
+CROP_LENGTH = ("without the cache each step runs the whole sequence, cropped to its last max_len tokens: "
+               "idx[:, -model.max_len:] (not fewer tokens, not only the newest ones).")
 ONE_OBJECT = ("one cache object was given to every layer ([KVCache()] * n_layers repeats one object): each "
               "layer needs its own cache, [KVCache() for _ in model.blocks].")
 STALE_OR_SHARED = ("a layer's cache held more positions after update than start_pos + S: each layer needs its "
@@ -614,10 +619,22 @@ class _RecordingGPT(_GPTBase):
                     f"generate on case [{self.case_label}]: forward got {s} token(s) at start_pos={start_pos}, but the cache "
                     f"already holds {fed} tokens (expected start_pos={fed}). Likely mistake: {START_POS}")
             self.fed[key] = fed + s
+        if caches is None and start_pos != 0:
+            raise CheckFailure(
+                f"generate on case [{self.case_label}]: forward got {s} token(s) with caches=None and "
+                f"start_pos={start_pos}. Likely mistake: {PLAIN_START_POS}")
         if start_pos + s > self.max_len:
             raise CheckFailure(
                 f"generate on case [{self.case_label}]: forward got a sequence of {s} tokens at start_pos={start_pos}, "
                 f"longer than max_len={self.max_len}. Likely mistake: {NO_CROP}")
+        if caches is None:  # without a cache, call k sees the whole sequence so far, cropped to max_len
+            held = self.prompt_len + self.plain_calls
+            self.plain_calls += 1
+            if s != min(held, self.max_len):
+                raise CheckFailure(
+                    f"generate on case [{self.case_label}]: call {self.plain_calls} without the cache got {s} token(s), "
+                    f"but the sequence then held {held} and max_len is {self.max_len}: expected its last "
+                    f"{min(held, self.max_len)}. Likely mistake: {CROP_LENGTH}")
         watched = None if caches is None else [_WatchedCache(c, start_pos + s, self.case_label) for c in caches]
         with _outside_tripwire() as tripwire:  # the model is the check's code, not the learner's
             for w in watched or ():
@@ -648,6 +665,7 @@ def _run_generate(fn, case: Case):
     model = _build(_RecordingGPT, case, case.init["state"])
     model.case_label, model.fed, model.keep, model.cached_calls = case.label, {}, [], 0
     idx, max_new_tokens = case.args
+    model.prompt_len, model.plain_calls = idx.size(1), 0
     out = fn(model, idx.clone(), max_new_tokens, **case.kwargs)
     if not isinstance(out, torch.Tensor):
         return out  # the comparison says what was expected
@@ -715,7 +733,7 @@ def _generate_cases(seed: int) -> list:
 
 def _generate_variant(model, idx, max_new_tokens, use_cache=True, *, sample=False, only_new=False,
                       ignore_cache=False, start_pos_shift=0, start_pos_zero=False, refeed=False, crop="last",
-                      new_caches=False, n_steps=None, one_object=False):
+                      new_caches=False, n_steps=None, one_object=False, plain_start_pos=False):
     prompt_len = idx.size(1)
     use_cache = use_cache and not ignore_cache
     if use_cache and one_object:
@@ -729,9 +747,14 @@ def _generate_variant(model, idx, max_new_tokens, use_cache=True, *, sample=Fals
                     window = idx[:, -model.max_len:]
                 elif crop == "first":
                     window = idx[:, :model.max_len]
+                elif crop == "short":  # one token fewer than max_len
+                    window = idx[:, -(model.max_len - 1):]
                 else:
                     window = idx
-                logits, _ = model(window)
+                if plain_start_pos:  # the position of the newest token, as with a cache
+                    logits, _ = model(window, None, window.size(1) - 1)
+                else:
+                    logits, _ = model(window)
             elif step == 0:
                 logits, caches = model(idx, caches, start_pos=0)
             elif new_caches:  # a fresh prefill of everything, every step
@@ -781,6 +804,8 @@ GENERATE_MUTANTS = [
     Mutant("start_pos_off_by_one", START_POS, _gen_mutant(start_pos_shift=1)),
     Mutant("start_pos_always_zero", START_POS, _gen_mutant(start_pos_zero=True)),
     Mutant("one_cache_object_for_all_layers", ONE_OBJECT, _gen_mutant(one_object=True)),
+    Mutant("start_pos_without_cache", PLAIN_START_POS, _gen_mutant(plain_start_pos=True)),
+    Mutant("crops_to_max_len_minus_one", CROP_LENGTH, _gen_mutant(crop="short")),
 ]
 
 
@@ -842,7 +867,7 @@ def _v_generate_token_by_token(model, idx, max_new_tokens, use_cache=True):
 
 
 GENERATE_VARIANTS = [Variant("position_counter_list_cache", _v_generate_position_counter),
-                     Variant("token_by_token_prefill_topk", _v_generate_token_by_token)]
+                     Variant("token_by_token_prefill_topk", _v_generate_token_by_token, demo=True)]
 
 GENERATE_CONTRACT = """Greedy decoding: append the argmax token of the last position, max_new_tokens times.
 

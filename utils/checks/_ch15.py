@@ -4,7 +4,7 @@ import math
 import torch
 
 from .. import reference as ref
-from ._core import Case, Exercise, Mutant, Variant, generator, rng
+from ._core import Case, CheckFailure, Exercise, Mutant, Variant, describe, generator, rng
 from ._registry import register
 
 __all__ = ["check_fit_loglog_slope"]
@@ -43,6 +43,7 @@ def _slope_cases(seed: int) -> list:
     add("sizes not in increasing order", [1024, 64, 256, 128, 2048, 512], 1.5, 0.2)
     add("constant cost (slope about 0)", [10, 20, 40, 80, 160], 0.0, 0.1)
     add("decreasing cost", [1, 2, 4, 8, 16, 32], -1.0, 0.1)
+    add("decreasing cost, sizes shuffled (the i-th size goes with the i-th cost)", [32, 4, 16, 1, 8, 2], -1.0, 0.1)
     add("exact power law, no noise", [100, 200, 400, 800], 1.5, 0.0, "float64 tensors")
     add("sizes below 1 (fractions)", [0.125, 0.25, 0.5, 1.0, 2.0], 2.0, 0.1)
     add("exactly 2 points", [128, 1024], 2.0, 0.05)
@@ -108,6 +109,25 @@ def _correlation(sizes, costs):
     return float((x_c * y_c).sum() / torch.sqrt((x_c * x_c).sum() * (y_c * y_c).sum()))
 
 
+def _sorts_separately(sizes, costs):
+    s, c = _xy(sizes, costs)
+    return _ls_slope(torch.log(s.sort().values), torch.log(c.sort().values))
+
+
+def _median_pairwise(sizes, costs):
+    s, c = _xy(sizes, costs)
+    x, y = torch.log(s), torch.log(c)
+    i, j = torch.triu_indices(len(x), len(x), offset=1)
+    keep = x[j] != x[i]
+    return float(((y[j] - y[i])[keep] / (x[j] - x[i])[keep]).quantile(0.5))  # statistics.median: mean of the middle two
+
+
+def _uncentred_denominator(sizes, costs):
+    s, c = _xy(sizes, costs)
+    x, y = torch.log(s), torch.log(c)
+    return float(((x - x.mean()) * (y - y.mean())).sum() / (x * x).sum())
+
+
 def _drops_last_point(sizes, costs):
     s, c = _xy(sizes, costs)
     if s.numel() <= 2:
@@ -158,6 +178,15 @@ SLOPE_MUTANTS = [
     Mutant("drops_last_point",
            "the last point was left out of the fit (an off-by-one, e.g. range(len(sizes) - 1)): use all N points.",
            _drops_last_point),
+    Mutant("sorts_sizes_and_costs_separately",
+           "sizes and costs were sorted each on its own, which breaks the pairs: the i-th size goes with the i-th cost. Keep the pairs together (sorting is not needed: the least-squares slope does not depend on the order of the points).",
+           _sorts_separately),
+    Mutant("median_of_pairwise_slopes",
+           "the median of the slopes between pairs of points (Theil-Sen) was returned; it is robust, but it is not the least-squares slope Σ(x - x̄)(y - ȳ) / Σ(x - x̄)².",
+           _median_pairwise),
+    Mutant("uncentred_denominator",
+           "the denominator is Σx² instead of Σ(x - x̄)²: centre x in the variance as well as in the covariance.",
+           _uncentred_denominator),
 ]
 
 
@@ -191,8 +220,18 @@ def _v_lstsq(sizes, costs):
 
 
 SLOPE_VARIANTS = [Variant("numpy_polyfit_float32", _v_polyfit_float32),
-                  Variant("python_loop_log10_assert", _v_python_loop_log10),
+                  Variant("python_loop_log10_assert", _v_python_loop_log10, demo=True),
                   Variant("torch_lstsq_tensor_result", _v_lstsq)]
+
+
+def _run_slope(fn, case: Case):
+    """The learner's slope; the prompt says it is a Python float (a 0-d tensor or a NumPy scalar
+    other than float64 is not)."""
+    out = fn(*case.args, **case.kwargs)
+    if not isinstance(out, float):
+        raise CheckFailure(f"fit_loglog_slope should return a Python float (call float(...) on the result); "
+                           f"got {describe(out)}.")
+    return out
 
 
 def _validation_tip(fn) -> str | None:
@@ -216,6 +255,7 @@ SLOPE_EXERCISE = Exercise(
     name="fit_loglog_slope",
     reference=ref.fit_loglog_slope,
     make_cases=_slope_cases,
+    run=_run_slope,
     mutants=SLOPE_MUTANTS,
     variants=SLOPE_VARIANTS,
     tips=(_validation_tip,),
