@@ -81,6 +81,21 @@ def _causal_crop_square(s_q, s_k=None):
     return torch.ones(s_k, s_k, dtype=torch.bool).tril()[-s_q:]  # right for s_q <= s_k only
 
 
+def _causal_transposed(s_q, s_k=None):
+    s_q, s_k = _sizes(s_q, s_k)
+    return torch.ones(s_k, s_q, dtype=torch.bool).triu(diagonal=s_q - s_k)  # (s_k, s_q): keys as rows
+
+
+def _causal_plus_one(s_q, s_k=None):
+    s_q, s_k = _sizes(s_q, s_k)
+    return torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=s_k - s_q + 1)
+
+
+def _causal_abs_offset(s_q, s_k=None):
+    s_q, s_k = _sizes(s_q, s_k)
+    return torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=abs(s_k - s_q))
+
+
 CAUSAL_MUTANTS = [
     Mutant("top_left_aligned", "the mask is aligned top-left (j <= i); with s_q ≠ s_k the course aligns it bottom-right, so the last query sees every key: query i may attend key j iff j <= i + (s_k - s_q) (tril with diagonal=s_k - s_q).", _causal_top_left),
     Mutant("diagonal_sign_flipped", "the offset has the wrong sign (tril with diagonal=s_q - s_k): query i may attend key j iff j <= i + (s_k - s_q), i.e. diagonal=s_k - s_q.", _causal_sign_flipped),
@@ -91,6 +106,9 @@ CAUSAL_MUTANTS = [
     Mutant("integer_mask", "the mask is an integer tensor of 0s and 1s (torch.ones gives float, .long() or .int() integers): return a bool tensor, dtype=torch.bool.", _causal_long),
     Mutant("additive_float_mask", "the mask is an additive float mask (0 / -inf, like nn.Transformer.generate_square_subsequent_mask): this course uses bool masks, True = may attend.", _causal_additive),
     Mutant("s_k_ignored", "s_k was ignored (the mask is always s_q × s_q): the mask has shape (s_q, s_k), and s_k defaults to s_q only when it is None.", _causal_s_k_ignored),
+    Mutant("transposed", "the mask is transposed: it has one row per key and one column per query. Rows are queries: shape (s_q, s_k), query i may attend key j iff j <= i + (s_k - s_q).", _causal_transposed),
+    Mutant("diagonal_off_by_one_up", "the band is one too wide (tril with diagonal=s_k - s_q + 1): every query also sees the key right after its own position, the next token. Query i may attend key j iff j <= i + (s_k - s_q).", _causal_plus_one),
+    Mutant("absolute_offset", "the offset was taken as |s_k - s_q|: right when s_q <= s_k, but when s_q > s_k the offset s_k - s_q is negative and the first s_q - s_k rows see no key.", _causal_abs_offset),
     Mutant("rows_of_a_square_mask", "the mask keeps the last s_q rows of a square (s_k, s_k) triangle: right when s_q <= s_k, but when s_q > s_k there are only s_k rows; build the (s_q, s_k) mask directly with tril(diagonal=s_k - s_q).", _causal_crop_square),
 ]
 
@@ -129,7 +147,7 @@ CAUSAL_EXERCISE = Exercise(
     reference=ref.causal_mask,
     make_cases=_causal_cases,
     mutants=CAUSAL_MUTANTS,
-    variants=[Variant("arange_comparison_assert", _v_causal_arange), Variant("python_loops", _v_causal_loops),
+    variants=[Variant("arange_comparison_assert", _v_causal_arange), Variant("python_loops", _v_causal_loops, demo=True),
               Variant("triu_complement", _v_causal_triu_complement)],
     tips=(_negative_size_tip,),
     contract="""Causal mask aligned bottom-right: query i may attend key j iff j <= i + (s_k - s_q).
@@ -175,6 +193,10 @@ def _padding_off_by_one(lengths, max_len):
     return _padding(lengths, max_len, le=True).unsqueeze(1)
 
 
+def _padding_one_short(lengths, max_len):
+    return (torch.arange(max_len) < lengths.unsqueeze(-1) - 1).unsqueeze(1)  # p < L - 1
+
+
 def _padding_no_middle_dim(lengths, max_len):
     return _padding(lengths, max_len)
 
@@ -205,6 +227,7 @@ def _padding_longest(lengths, max_len):
 
 PADDING_MUTANTS = [
     Mutant("off_by_one", "the mask is off by one (position <= length): a sequence of length L has real tokens at positions 0 .. L-1, so use position < length.", _padding_off_by_one),
+    Mutant("off_by_one_short", "the mask is one token short (position < length - 1, or position + 1 < length): the last real token of every sequence is hidden. A sequence of length L has real tokens at positions 0 .. L-1: use position < length.", _padding_one_short),
     Mutant("missing_middle_dim", "the mask has shape (B, max_len): add the middle dim, (B, 1, max_len), so that it broadcasts over the queries of scores (B, S_q, S_k).", _padding_no_middle_dim),
     Mutant("masks_queries", "the mask has shape (B, max_len, 1), which masks queries (rows), not keys: padding hides keys, so the shape is (B, 1, max_len).", _padding_query_axis),
     Mutant("inverted", "the mask is inverted (True at the padding): in this course True means 'may attend', i.e. a real token.", _padding_inverted),
@@ -247,7 +270,7 @@ PADDING_EXERCISE = Exercise(
     reference=ref.padding_mask,
     make_cases=_padding_cases,
     mutants=PADDING_MUTANTS,
-    variants=[Variant("python_loops", _v_padding_loops), Variant("broadcast_3d_assert", _v_padding_broadcast_3d),
+    variants=[Variant("python_loops", _v_padding_loops, demo=True), Variant("broadcast_3d_assert", _v_padding_broadcast_3d),
               Variant("expand_and_negate", _v_padding_expand_ge)],
     tips=(_padding_tip,),
     contract="""Key-padding mask: True at the real tokens (positions < length), False at the padding.
@@ -378,6 +401,15 @@ def _msm_no_keepdim(scores, mask):
     return (e / e.sum(dim=-1)).nan_to_num(0.0)
 
 
+def _msm_dim_1(scores, mask):
+    return _msm(scores, mask, dim=1)
+
+
+def _msm_no_max(scores, mask):
+    e = torch.exp(scores) * mask  # no max subtracted: exp overflows for large scores
+    return e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
 INPLACE_HINT = ("an in-place edit of the softmax's output (such as `w[w.isnan()] = 0`) gives the right forward "
                 "values but breaks autograd, which needs that output for the backward pass: build a new tensor "
                 "instead (torch.where(..., 0.0, w) or w.nan_to_num(0.0)).")
@@ -394,6 +426,8 @@ MASKED_SOFTMAX_MUTANTS = [
     Mutant("mask_ignored", "the mask was ignored: set the scores to -inf where the mask is False before the softmax.", _msm_ignored),
     Mutant("fill_zero", "masked scores were set to 0 (e.g. scores * mask), which still gets weight exp(0): set them to -inf so that they get exactly zero weight.", _msm_fill_zero),
     Mutant("softmax_wrong_dim", "the softmax was taken over dim -2 instead of the last dim (the keys): each row must sum to 1.", _msm_wrong_dim),
+    Mutant("softmax_dim_1", "the softmax was taken over dim 1, which is the last dim only for 2-D scores: for scores (B, H, S_q, S_k) it runs over the heads. Use dim=-1 (the keys).", _msm_dim_1),
+    Mutant("exp_without_max", "the exponentials were taken without subtracting the row's max (exp(scores) * mask): a score of 300 overflows float32's exp (about 88 is the limit) to inf, and inf * 0 or inf / inf is NaN. Fill the masked scores with -inf and use torch.softmax, which subtracts the max.", _msm_no_max),
     Mutant("inplace_nan_fix", INPLACE_HINT, _msm_inplace_nan_fix),
     Mutant("additive_inf_bias", ADDITIVE_HINT, _msm_additive_bias),
     Mutant("max_before_mask", "the max subtracted for stability was taken over every key, masked ones included: when a masked key holds a far larger score, every allowed key underflows to 0. Mask first (-inf), then take the max of what is left.", _msm_max_before_mask),
@@ -440,7 +474,7 @@ MASKED_SOFTMAX_EXERCISE = Exercise(
     make_cases=_softmax_cases,
     mutants=MASKED_SOFTMAX_MUTANTS,
     variants=[Variant("manual_float64_where", _v_msm_manual_float64), Variant("where_on_rows_assert", _v_msm_where_rows),
-              Variant("python_loops_over_rows", _v_msm_loops)],
+              Variant("python_loops_over_rows", _v_msm_loops, demo=True)],
     input_names=("scores", "mask"),
     contract="""Softmax over the last dim of scores, restricted to the keys where mask is True.
 

@@ -230,6 +230,8 @@ class _SelfAttentionMistake(nn.Module):
         scores = q @ kt / math.sqrt(d)
         if mask is not None and self.mask_mode == "before":
             scores = scores.masked_fill(~mask, NEG_INF)
+        if mask is not None and self.mask_mode == "neg_1e9":
+            scores = scores.masked_fill(~mask, -1e9)
         if mask is not None and self.mask_mode == "additive":
             scores = scores + torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, NEG_INF)
         w = torch.softmax(scores, dim=self.softmax_dim)
@@ -260,6 +262,9 @@ BATCHED_T_HINT = ("`.T` reverses *every* dimension of a batched tensor (a (B, S,
                   "swap only the last two with k.transpose(-2, -1).")
 WRONG_DIM_HINT = ("the softmax was taken over the query dim (-2) instead of the key dim (-1): each row of weights "
                   "must sum to 1.")
+NEG_1E9_HINT = ("a fully masked query row got uniform weights (1/S_k each) and a nonzero output: filling the masked "
+                "scores with -1e9 (or any large negative number) makes every score of that row equal. Fill with "
+                "-inf and turn the NaN rows into zeros (masked_fill(~mask, 0.0) or nan_to_num after the softmax).")
 MASK_AFTER_HINT = ("the mask was applied after the softmax, so the remaining weights no longer sum to 1: mask the "
                    "scores with -inf before the softmax.")
 
@@ -282,6 +287,7 @@ SELF_ATTENTION_MUTANTS = [
     Mutant("mask_after_softmax", MASK_AFTER_HINT, _sa(mask_mode="after")),
     Mutant("values_not_projected", "the weights were applied to x itself: the values are W_v(x), out = weights @ W_v(x).",
            _sa(project_v=False)),
+    Mutant("neg_1e9_fully_masked", NEG_1E9_HINT, _sa(mask_mode="neg_1e9")),
     Mutant("with_bias", SA_BIAS_HINT, _sa(bias=True)),
     Mutant("d_v_defaults_to_d_model", SA_SHAPES_HINT, _sa(d_v_default="d_model")),
 ]
@@ -347,7 +353,7 @@ SELF_ATTENTION_EXERCISE = Exercise(
     forbidden=(SDPA, MHA),
     mutants=SELF_ATTENTION_MUTANTS,
     variants=[Variant("other_parameter_order_einsum_assert", _VSelfAttentionEinsum),
-              Variant("float64_loops_over_batch", _VSelfAttentionFloat64Loops)],
+              Variant("float64_loops_over_batch", _VSelfAttentionFloat64Loops, demo=True)],
     output_names=("out", "weights"),
     input_names=("x",),
     rescale=_sa_rescale,
@@ -587,6 +593,8 @@ class _MHAMistake(nn.Module):
     split_mode = "ok"  # "ok", "view_no_transpose" (view to (B, H, S, D_h)), "no_transpose" (both split and merge)
     merge_mode = "ok"  # "ok", "view_no_transpose", "view_not_contiguous"
     mask_unsqueezed = False
+    project_v = True
+    heads_reversed = False
 
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
         super().__init__()
@@ -620,13 +628,16 @@ class _MHAMistake(nn.Module):
         W_q, W_k = (self.W_k, self.W_q) if self.swap_qk_projections else (self.W_q, self.W_k)
         q = self.split_heads(W_q(query))
         k = self.split_heads(W_k(key))
-        v = self.split_heads(self.W_v(key if self.value_from_key else value))
+        v_in = key if self.value_from_key else value
+        v = self.split_heads(self.W_v(v_in) if self.project_v else v_in)
         d = {"d_head": self.d_head, "d_model": self.d_model, "none": 1, "size1": q.size(1)}[self.scale_by]
         scores = q @ k.transpose(-2, -1) / math.sqrt(d)
         if mask is not None and self.mask_unsqueezed:
             mask = mask.unsqueeze(1)
         if mask is not None and self.mask_mode == "before":
             scores = scores.masked_fill(~mask, NEG_INF)
+        if mask is not None and self.mask_mode == "neg_1e9":
+            scores = scores.masked_fill(~mask, -1e9)
         if mask is not None and self.mask_mode == "additive":
             scores = scores + torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, NEG_INF)
         w = torch.softmax(scores, dim=self.softmax_dim)
@@ -646,7 +657,8 @@ class _MHAMistake(nn.Module):
             w = returned = w * (torch.rand_like(w) >= p)
         elif self.dropout_mode == "not_returned":
             w = self.dropout(w)
-        out = self.merge_heads(w @ v)
+        heads = w @ v  # (B, H, S_q, D_h)
+        out = self.merge_heads(heads.flip(1) if self.heads_reversed else heads)
         if self.use_W_o:
             out = self.W_o(out)
         if self.dropout_mode == "output":
@@ -693,6 +705,13 @@ MHA_MUTANTS = [
            _mha(dropout_mode="always")),
     Mutant("qk_projections_swapped", "the query was projected with W_k and the key with W_q: use W_q on query and W_k on key (the parameters are loaded by name).",
            _mha(swap_qk_projections=True)),
+    Mutant("values_not_projected", "the weights were applied to the unprojected value (split_heads(value) instead of split_heads(W_v(value))): the values are W_v(value), split into heads like q and k.",
+           _mha(project_v=False)),
+    Mutant("softmax_over_heads", "the softmax was taken over dim 1, which for scores (B, H, S_q, S_k) is the heads: take it over the keys, dim=-1.",
+           _mha(softmax_dim=1)),
+    Mutant("heads_merged_in_reverse_order", "the heads were merged in reverse order (head H-1 first): head h fills the features h·D_h ... (h+1)·D_h - 1 of the merged tensor, in head order.",
+           _mha(heads_reversed=True)),
+    Mutant("neg_1e9_fully_masked", NEG_1E9_HINT, _mha(mask_mode="neg_1e9")),
     Mutant("value_from_key", "the values were projected from `key` instead of `value`: in cross-attention key and value can be different tensors.",
            _mha(value_from_key=True)),
     Mutant("weights_averaged_over_heads", "the weights were averaged over heads (what nn.MultiheadAttention returns by default); return the per-head weights (B, H, S_q, S_k).",
@@ -775,7 +794,7 @@ class _VMHALoopOverHeads(nn.Module):
 
 
 MHA_EXERCISE_VARIANTS = [Variant("other_parameter_order_einsum_assert", _VMHAEinsum),
-                         Variant("loop_over_heads_float64", _VMHALoopOverHeads)]
+                         Variant("loop_over_heads_float64", _VMHALoopOverHeads, demo=True)]
 
 
 def _indivisible_tip(cls) -> str | None:
@@ -907,6 +926,11 @@ def _merge_interleaved(self, x):
     return x.permute(0, 2, 3, 1).reshape(B, S, D_h * H)
 
 
+def _merge_reversed(self, x):
+    B, H, S, D_h = x.shape
+    return x.flip(1).transpose(1, 2).reshape(B, S, H * D_h)
+
+
 def _merge_mean(self, x):
     return x.mean(dim=1)
 
@@ -921,6 +945,8 @@ MERGE_MUTANTS = [
            _variant(_MHAMistake, "MultiHeadAttention", merge_heads=_merge_view_no_transpose)),
     Mutant("interleaved_heads", "merge_heads interleaved the heads' features (a permute to (B, S, D_h, H)): head h must fill the contiguous block h·D_h to (h+1)·D_h - 1, i.e. transpose to (B, S, H, D_h).",
            _variant(_MHAMistake, "MultiHeadAttention", merge_heads=_merge_interleaved)),
+    Mutant("heads_in_reverse_order", "merge_heads put the heads in reverse order (head H-1 first): head h fills the features h·D_h ... (h+1)·D_h - 1, in head order.",
+           _variant(_MHAMistake, "MultiHeadAttention", merge_heads=_merge_reversed)),
     Mutant("averaged_heads", "merge_heads averaged the heads, (B, S, D_h); concatenate them instead: (B, S, H·D_h) = (B, S, d_model).",
            _variant(_MHAMistake, "MultiHeadAttention", merge_heads=_merge_mean)),
     Mutant("view_of_non_contiguous", "merge_heads called .view on a transposed (non-contiguous) tensor: use .contiguous().view(...) or .reshape(...) after transpose(1, 2).",
