@@ -177,6 +177,9 @@ class Exercise:
     # The stub's docstring, word for word: everything the check demands is stated here or in the
     # curriculum's conventions (tests/test_checks.py compares it with the solution notebook).
     contract: str = ""
+    # Optional: {phrase: value} describing a case, added to what ``case_features`` derives from its
+    # arguments, for the "what the failing cases share" diagnosis (e.g. {"a window wider than S": True}).
+    features: Callable[[Case], dict] | None = None
 
     def call(self, impl, case: Case, guard: Callable = contextlib.nullcontext):
         """Run ``impl`` on ``case``; learner code runs inside ``guard()`` (tripwires, budget).
@@ -586,6 +589,15 @@ def _fmt_idx(idx) -> str:
     return "(" + ", ".join(str(int(i)) for i in idx) + ")"
 
 
+def _apart(expected: float, got: float) -> str:
+    """'X, got Y' with enough digits that X and Y differ (6 unless they look the same)."""
+    for digits in (6, 8, 10, 12, 14, 17):
+        a, b = f"{expected:.{digits}g}", f"{got:.{digits}g}"
+        if a != b:
+            break
+    return f"{a}, got {b}"
+
+
 def compare(expected, got, atol: float, rtol: float, path: str = "output") -> str | None:
     """None when ``got`` matches ``expected``; otherwise one sentence saying how it differs."""
     if isinstance(expected, torch.Tensor):
@@ -631,7 +643,7 @@ def compare(expected, got, atol: float, rtol: float, path: str = "output") -> st
             return (
                 f"{path} is off at {int(over.sum())} of {e.numel()} positions; largest error "
                 f"{err[tuple(where)].item():.3g} at index {_fmt_idx(where)}: expected "
-                f"{e[tuple(where)].item():.6g}, got {g[tuple(where)].item():.6g} "
+                f"{_apart(e[tuple(where)].item(), g[tuple(where)].item())} "
                 f"(tolerance {atol:g} + {rtol:g}·|expected|)."
             )
         return None
@@ -958,6 +970,509 @@ def _diagnose_scale(exercise: Exercise, cases: list, outputs: list, expected: li
             f"multiplied by {said} instead of {right_name} = {right:.4g} (case [{case.label}]).")
 
 
+# ----------------------------------------------------------------------------------------------
+# Generic diagnoses: what a failing answer's outputs and cases show, with no mutant
+# ----------------------------------------------------------------------------------------------
+CLUE_PREFIX = "Clue: "
+SHARE_PREFIX = "What the failing cases share: "
+GENERIC_SECONDS = 0.3  # CPU time the output clues may take, after the bank's diagnosis
+LARGE_INPUT = 10.0  # |x| above this is "large" (randn inputs stay below ~5)
+_Q_NAMES = ("q", "query", "queries", "x", "tgt", "target")
+_K_NAMES = ("k", "key", "keys", "memory", "context", "kv", "src", "source")
+
+
+def _named_inputs(exercise: Exercise, case: Case) -> list:
+    """[(name, value)] of a case's call arguments, keyword arguments and constructor arguments."""
+    pairs = list(zip(_input_names(exercise, len(case.args)), case.args)) + list(case.kwargs.items())
+    ctor, ctor_kwargs = case.init.get("ctor", ()), case.init.get("ctor_kwargs", {})
+    if exercise.kind == "class" and (ctor or ctor_kwargs):
+        try:
+            names = [p for p in inspect.signature(exercise.reference.__init__).parameters if p != "self"]
+        except (TypeError, ValueError):
+            names = []
+        names += [f"ctor{i}" for i in range(len(names), len(ctor))]
+        pairs += list(zip(names, ctor)) + list(ctor_kwargs.items())
+    return pairs
+
+
+def _fully_masked(mask: torch.Tensor) -> bool:
+    if mask.dim() == 0 or mask.shape[-1] == 0:
+        return False
+    if mask.dtype == torch.bool:
+        return bool((~mask).all(-1).any())
+    if mask.is_floating_point():
+        return bool(torch.isneginf(mask).all(-1).any())
+    return False
+
+
+def case_features(exercise: Exercise, case: Case) -> dict:
+    """What a case is made of, derived from its arguments: ``{phrase: value}``.
+
+    Booleans read "all failing cases have <phrase>" (False: "have no <phrase>"); other values read
+    "<phrase> = <value>". ``Exercise.features(case)`` may add or override entries.
+    """
+    feats: dict = {}
+    pairs = _named_inputs(exercise, case)
+    tensors = [(n, t) for n, t in pairs if isinstance(t, torch.Tensor)]
+    floats = [(n, t) for n, t in tensors if t.is_floating_point()]
+    q = next(((n, t) for n, t in floats if n.lower() in _Q_NAMES and t.dim() >= 2), None)
+    k = next(((n, t) for n, t in floats if n.lower() in _K_NAMES and t.dim() >= 2), None)
+    if q is not None and k is not None:
+        feats["S_q ≠ S_k|S_q = S_k"] = q[1].shape[-2] != k[1].shape[-2]
+    if q is not None and q[1].dim() >= 3:
+        feats[f"a single position ({q[0]}.shape[-2] = 1)|several positions ({q[0]}.shape[-2] > 1)"] = \
+            q[1].shape[-2] == 1
+    for n, t in tensors:
+        if "mask" in n.lower() or t.dtype == torch.bool:
+            feats[f"a {n}" if "mask" in n.lower() else f"a mask ({n})"] = True
+            feats[f"a fully masked row in {n}"] = _fully_masked(t)
+    for n, v in pairs:
+        if v is None and "mask" in n.lower():
+            feats[f"a {n}"] = False
+    if floats:
+        name, first = floats[0]
+        feats[f"the number of dims of {name}"] = first.dim()
+        feats[f"{name} in float64|{name} in {str(first.dtype).replace('torch.', '')}"] = first.dtype == torch.float64
+        big = max((float(t.detach().abs().max()) for _, t in floats if t.numel()), default=0.0)
+        feats[f"large inputs (|x| > {LARGE_INPUT:g})|inputs with |x| ≤ {LARGE_INPUT:g}"] = big > LARGE_INPUT
+    feats["gradients compared (float64)|forward outputs compared only"] = bool(case.grad)
+    for n, v in pairs:
+        if isinstance(v, (bool, int, str)) or (isinstance(v, float) and math.isfinite(v)):
+            feats[n] = (v,)  # a 1-tuple: an argument's value, read "n = v"
+    if getattr(exercise, "features", None) is not None:
+        try:
+            feats.update(exercise.features(case))
+        except Exception:  # noqa: BLE001 - a chapter's hook never breaks a verdict
+            pass
+    return feats
+
+
+def _say_values(phrase: str, values: set, failing: bool) -> str:
+    if all(isinstance(v, bool) for v in values):
+        pos, _, neg = phrase.partition("|")
+        if not neg:
+            neg = f"no {pos[2:]}" if pos.startswith("a ") else f"no {pos}"
+        if len(values) == 2:
+            return f"have {pos} or {neg}"
+        return f"have {pos if True in values else neg}"
+    plain = sorted((v[0] if isinstance(v, tuple) else v for v in values), key=lambda v: (str(type(v)), v))
+    shown = ", ".join(repr(v) if isinstance(v, str) else f"{v:g}" if isinstance(v, float) else str(v) for v in plain)
+    if phrase.startswith("the number of dims of "):
+        return f"have {phrase[len('the number of dims of '):]} with {shown.replace(', ', ' or ')} dims"
+    return f"have {phrase} = {shown}" if len(values) == 1 else f"have {phrase} in {{{shown}}}"
+
+
+def shared_features(exercise: Exercise, cases: list, failed: list) -> str | None:
+    """One sentence: a feature whose values in the failing cases never occur in the passing ones.
+
+    Only with at least 2 failing and 2 passing cases; features taking a different value in almost
+    every case (random sizes) are not used.
+    """
+    if len(failed) < 2 or len(cases) - len(failed) < 2:
+        return None
+    feats = [case_features(exercise, c) for c in cases]
+    keys = []
+    for f in feats:
+        keys += [k for k in f if k not in keys]
+    found = []
+    for key in keys:
+        values = [f.get(key, False if any(isinstance(g.get(key), bool) for g in feats) else None) for f in feats]
+        if any(v is None for v in values):
+            continue
+        distinct = set(values)
+        if len(distinct) < 2 or (len(distinct) > 3 and len(distinct) > len(cases) // 3):
+            continue
+        bad = {values[i] for i in failed}
+        good = {v for i, v in enumerate(values) if i not in failed}
+        if bad & good:
+            continue
+        found.append((len(bad) + len(good), key, bad, good))
+    if not found:
+        return None
+    found.sort(key=lambda f: f[0])
+    n_bad, n_good = len(failed), len(cases) - len(failed)
+    parts = [f"all {n_bad} failing cases {_say_values(key, bad, True)}; the {n_good} passing ones "
+             f"{_say_values(key, good, False)}"
+             for _, key, bad, good in found[:2]]
+    return " — and ".join(parts) + "."
+
+
+def _leaves(expected, got, path: str = "output"):
+    """(path, expected tensor or scalar, got) for the leaves of an output structure."""
+    if isinstance(expected, (torch.Tensor, int, float)) and not isinstance(expected, bool):
+        yield path, expected, got
+    elif isinstance(expected, dict) and isinstance(got, dict):
+        for key, e in expected.items():
+            if key in got and not isinstance(e, str):
+                yield from _leaves(e, got[key], key if path == "output" else f"{path}[{key!r}]")
+    elif isinstance(expected, (tuple, list)) and isinstance(got, (tuple, list)) and len(got) == len(expected):
+        for i, (e, g) in enumerate(zip(expected, got)):
+            yield from _leaves(e, g, f"{path}[{i}]")
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+    if a.shape != b.shape:
+        return False
+    a, b = a.double(), b.double()
+    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
+        return bool(((a == b) | ((a - b).abs() <= atol + rtol * b.abs())).all())
+    return bool(((a - b).abs() <= atol + rtol * b.abs()).all())
+
+
+def _nice_number(c: float) -> str:
+    """c, and a simple form of it when there is one (2, 1/4, √8, 1/√8)."""
+    text = f"{c:.4g}"
+    for k in range(2, 1025):
+        for value, name in ((k, f"{k}"), (1 / k, f"1/{k}"), (math.sqrt(k), f"√{k}"), (1 / math.sqrt(k), f"1/√{k}")):
+            if abs(abs(c) - value) <= 1e-4 * value and not (name == text):
+                return f"{text} (= {'−' if c < 0 else ''}{name})"
+    return text
+
+
+def _slice_permutation(e: torch.Tensor, g: torch.Tensor, dim: int, atol: float, rtol: float):
+    """The permutation p with g.select(dim, i) ≈ e.select(dim, p[i]) (None if none, or identity)."""
+    n = e.shape[dim]
+    if n < 2 or n > 32:
+        return None
+    es = [e.select(dim, j) for j in range(n)]
+    for a in range(n):  # the expected slices must be told apart
+        for b in range(a + 1, n):
+            if _close(es[a], es[b], atol, rtol):
+                return None
+    perm, used = [], set()
+    for i in range(n):
+        gi = g.select(dim, i)
+        j = next((j for j in range(n) if j not in used and _close(es[j], gi, atol, rtol)), None)
+        if j is None:
+            return None
+        perm.append(j)
+        used.add(j)
+    return None if perm == list(range(n)) else perm
+
+
+def _say_perm(perm: list) -> str:
+    n = len(perm)
+    if perm == list(range(n))[::-1]:
+        return "in reverse order"
+    for s in range(1, n):
+        if perm == [(i + s) % n for i in range(n)]:
+            return f"rolled by {n - s} (your slice i is the expected slice i + {s}, cyclically)"
+    return f"in another order (your slices are the expected ones {perm})"
+
+
+def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol: float) -> list:
+    """[(kind, message)]: what a wrong floating-point output is, relative to the expected one."""
+    clues = []
+    if e.numel() == 0:
+        return clues
+    ed, gd = e.detach().double(), g.detach().double()
+    finite = bool(torch.isfinite(ed).all())
+    if g.shape != e.shape:
+        if g.numel() != e.numel() or not finite:
+            return clues
+        if e.dim() >= 2 and tuple(g.shape) == tuple(e.mT.shape) and _close(ed.mT, gd, atol, rtol):
+            return [("transposed", f"your {path} is the expected one transposed in its last two dims "
+                                   f"(shape {tuple(g.shape)} instead of {tuple(e.shape)}).")]
+        if e.dim() <= 5:
+            import itertools
+
+            for p in itertools.permutations(range(e.dim())):
+                if tuple(e.shape[i] for i in p) == tuple(g.shape) and list(p) != list(range(e.dim())) \
+                        and _close(ed.permute(p), gd, atol, rtol):
+                    return [("dims permuted", f"your {path} holds the expected values with its dims in another "
+                             f"order: shape {tuple(g.shape)} instead of {tuple(e.shape)} (your dims are the "
+                             f"expected dims {list(p)}): a transpose or permute is missing or extra.")]
+        if _close(ed.reshape(g.shape), gd, atol, rtol):
+            return [("reshaped", f"your {path} holds the expected values in the expected order, but with shape "
+                                 f"{tuple(g.shape)} instead of {tuple(e.shape)} (a dim of size 1 kept or dropped, "
+                                 "or a reshape too many).")]
+        return clues
+    if not finite or not bool(torch.isfinite(gd).all()):
+        return clues
+    err = (gd - ed).abs()
+    scale = float(ed.abs().max())
+    if e.dtype == torch.float64 and scale > 0:
+        rel = float(err.max()) / scale
+        if 0 < rel <= 3e-6:
+            kind = "float32 output" if g.dtype == torch.float32 else "float32 precision"
+            what = "is float32" if g.dtype == torch.float32 else "has float32 precision"
+            clues.append((kind, f"your {path} {what} (error ~{rel:.0e} relative) in a float64 case: a tensor "
+                                "created inside without dtype=... (or a .float()) is float32; keep the inputs' dtype."))
+            return clues
+    if scale == 0:
+        return clues
+    if float(gd.abs().max()) == 0:
+        return [("zeros", f"your {path} is all zeros.")]
+    if e.dim() >= 2 and e.shape[-1] == e.shape[-2] and _close(ed.mT, gd, atol, rtol):
+        return [("transposed", f"your {path} is the expected one transposed in its last two dims.")]
+    # a probability distribution over the last dim, normalised over another dim
+    sums = ed.sum(-1)
+    if e.shape[-1] >= 2 and float(ed.min()) >= -atol and bool((((sums - 1).abs() < 1e-3) | (sums.abs() < 1e-6)).all()) \
+            and bool(((sums - 1).abs() < 1e-3).any()):
+        rows = (sums - 1).abs() < 1e-3
+        gsums = gd.sum(-1)
+        if not bool(((gsums - 1).abs() < 1e-3)[rows].all()) and float(gd.min()) >= -atol:
+            others = [d for d in range(e.dim() - 1) if e.shape[d] >= 2
+                      and bool(((gd.sum(d) - 1).abs() < 1e-3).all())]
+            if others:
+                d = others[-1]
+                clues.append(("normalised over another dim",
+                              f"your {path} sums to 1 over dim {d - e.dim()} (size {e.shape[d]}); the expected one sums "
+                              f"to 1 over the last dim (size {e.shape[-1]}): the softmax or normalisation is over the "
+                              "wrong dim."))
+            else:
+                lo, hi = float(gsums[rows].min()), float(gsums[rows].max())
+                clues.append(("rows do not sum to 1",
+                              f"the rows of your {path} (over the last dim) sum to {lo:.4g} … {hi:.4g}; the expected "
+                              "rows sum to 1 (a distribution over the last dim)."))
+    # a constant factor or offset, for the whole tensor or per row
+    c = float((gd * ed).sum() / (ed * ed).sum())
+    if abs(c - 1) > 1e-3 and _close(c * ed, gd, atol, rtol):
+        clues.append((f"constant factor {c:.3g}", f"your {path} is the expected one times {_nice_number(c)} everywhere."))
+        return clues
+    shift = float((gd - ed).mean())
+    if abs(shift) > atol and _close(ed + shift, gd, atol, rtol):
+        clues.append((f"constant offset {shift:.3g}", f"your {path} is the expected one plus {shift:.4g} everywhere."))
+        return clues
+    if e.dim() >= 1 and e.shape[-1] >= 2 and e.numel() > e.shape[-1]:
+        num, den = (gd * ed).sum(-1, keepdim=True), (ed * ed).sum(-1, keepdim=True)
+        r = torch.where(den > 0, num / den.clamp_min(1e-300), torch.ones_like(den))
+        if _close(r * ed, gd, atol, rtol) and float((r - 1).abs().max()) > 1e-3:
+            clues.append(("factor per row", f"each row (over the last dim) of your {path} is the expected row times its "
+                          f"own factor ({float(r.min()):.4g} … {float(r.max()):.4g}): a missing or wrong normalisation "
+                          "of each row."))
+            return clues
+        d = (gd - ed).mean(-1, keepdim=True)
+        if _close(ed + d, gd, atol, rtol) and float(d.abs().max()) > atol:
+            clues.append(("offset per row", f"each row (over the last dim) of your {path} is the expected row plus its "
+                          f"own constant ({float(d.min()):.4g} … {float(d.max()):.4g})."))
+            return clues
+    # the expected values in other positions
+    for dim in range(e.dim()):
+        perm = _slice_permutation(ed, gd, dim, atol, rtol)
+        if perm is not None:
+            clues.append((f"permuted along dim {dim - e.dim()}",
+                          f"your {path} has the expected slices along dim {dim - e.dim()} (size {e.shape[dim]}) "
+                          f"{_say_perm(perm)}: heads, positions or batch entries are mixed up."))
+            return clues
+    m = e.shape[-1] if e.dim() else 0
+    for n in range(2, min(m, 16) + 1):
+        if m % n or n == m:
+            continue
+        shape = tuple(e.shape[:-1]) + (n, m // n)
+        perm = _slice_permutation(ed.reshape(shape), gd.reshape(shape), e.dim() - 1, atol, rtol)
+        if perm is not None:
+            clues.append(("blocks permuted", f"the last dim of your {path} holds the expected {n} blocks of {m // n} "
+                          f"{_say_perm(perm)}: heads (or concatenated parts) in another order."))
+            return clues
+    if e.numel() >= 4:
+        es, gs = ed.flatten().sort().values, gd.flatten().sort().values
+        distinct = len(set(round(v, 6) for v in es.tolist()))
+        if distinct >= 0.5 * e.numel() and _close(es, gs, atol, rtol):
+            clues.append(("values moved", f"your {path} holds exactly the expected values, in other positions: a "
+                          "reshape or view mixes dims (e.g. heads merged or split without the transpose)."))
+    return clues
+
+
+def _offsets(m: torch.Tensor):
+    """The set of offsets j − i allowed in every (S_q, S_k) slice of a Toeplitz bool mask, or None."""
+    sq, sk = m.shape[-2], m.shape[-1]
+    flat = m.reshape(-1, sq, sk)
+    allowed = None
+    for s in flat:
+        here = set()
+        for o in range(-(sq - 1), sk):
+            d = torch.diagonal(s, offset=o)
+            if bool(d.any()) != bool(d.all()):
+                return None
+            if bool(d.all()):
+                here.add(o)
+        if allowed is None:
+            allowed = here
+        elif here != allowed:
+            return None
+    return allowed
+
+
+def _say_offsets(offsets: set) -> str:
+    if not offsets:
+        return "none"
+    runs, items = [], sorted(offsets)
+    start = prev = items[0]
+    for o in items[1:] + [None]:
+        if o is not None and o == prev + 1:
+            prev = o
+            continue
+        runs.append(f"{start}" if start == prev else f"{start} … {prev}")
+        if o is not None:
+            start = prev = o
+    return ", ".join(runs).replace("-", "−")
+
+
+def _reshape_clue(e: torch.Tensor, g: torch.Tensor, path: str) -> list:
+    if g.numel() != e.numel() or g.dtype != e.dtype or e.numel() < 2:
+        return []
+    if bool((e.reshape(g.shape) == g).all()):
+        return [("reshaped", f"your {path} holds the expected values in the expected order, but with shape "
+                             f"{tuple(g.shape)} instead of {tuple(e.shape)} (a dim of size 1 kept or dropped, "
+                             "or a reshape too many).")]
+    return []
+
+
+def _mask_clues(e: torch.Tensor, g: torch.Tensor, path: str) -> list:
+    if g.shape != e.shape:
+        return _reshape_clue(e, g, path)
+    if g.dtype != torch.bool or e.numel() == 0:
+        return []
+    if bool((g == ~e).all()):
+        return [("negated mask", f"your {path} is the exact negation of the expected one (True and False swapped).")]
+    if e.dim() >= 2 and e.shape[-1] >= 2 and e.shape[-2] >= 2:
+        oe, og = _offsets(e), _offsets(g)
+        if oe is not None and og is not None:
+            edge = ""
+            if oe and og and (len(og ^ oe) == 1 or (min(og) - min(oe) in (-1, 1) and max(og) == max(oe))
+                             or (max(og) - max(oe) in (-1, 1) and min(og) == min(oe))):
+                edge = ": an edge of the band or diagonal is off by one"
+            return [("mask offsets", f"your {path} allows the key offsets j − i in {{{_say_offsets(og)}}}; the expected "
+                                     f"one allows {{{_say_offsets(oe)}}}{edge}.")]
+    # every row a prefix (True then False) or a suffix: its boundary moved
+    for flip in (False, True):
+        ee, gg = (e.flip(-1), g.flip(-1)) if flip else (e, g)
+        ce, cg = ee.sum(-1), gg.sum(-1)
+        prefix = lambda m, c: bool((m == (torch.arange(m.shape[-1]) < c.unsqueeze(-1))).all())  # noqa: E731
+        if prefix(ee, ce) and prefix(gg, cg):
+            diff = (cg - ce).unique().tolist()
+            if len(diff) == 1 and diff[0] != 0:
+                k = int(diff[0])
+                return [("boundary moved", f"every row of your {path} has {abs(k)} {'more' if k > 0 else 'fewer'} True "
+                                           f"position{'s' if abs(k) > 1 else ''} than expected: its boundary is off by "
+                                           f"{abs(k)} (< versus <=, or a length off by one).")]
+    for dim in range(e.dim()):
+        if e.shape[dim] < 2:
+            continue
+        for s in (1, -1):
+            body = e.narrow(dim, 0, e.shape[dim] - 1) if s == 1 else e.narrow(dim, 1, e.shape[dim] - 1)
+            edge_e = e.narrow(dim, 0, 1) if s == 1 else e.narrow(dim, e.shape[dim] - 1, 1)
+            for fill in (edge_e, torch.zeros_like(edge_e), torch.ones_like(edge_e)):
+                shifted = torch.cat([fill, body], dim) if s == 1 else torch.cat([body, fill], dim)
+                if bool((shifted == g).all()):
+                    return [("shifted", f"your {path} is the expected one shifted by one position along dim "
+                                        f"{dim - e.dim()} (towards {'higher' if s == 1 else 'lower'} indices): an off-by-one.")]
+    return []
+
+
+def _scalar_clue(e, g, path: str, atol: float, rtol: float) -> list:
+    try:
+        ev, gv = float(e), float(g)
+    except (TypeError, ValueError, RuntimeError):
+        return []
+    if not (math.isfinite(ev) and math.isfinite(gv)) or abs(gv - ev) <= atol + rtol * abs(ev):
+        return []
+    clues = [(f"constant offset {gv - ev:.3g}", f"your {path} is the expected value plus {gv - ev:.4g}.")]
+    if ev != 0:
+        clues.append((f"constant factor {gv / ev:.3g}", f"your {path} is the expected value times {_nice_number(gv / ev)}."))
+    return clues
+
+
+def output_clues(exercise: Exercise, cases: list, outputs: list, expected: list, failed: list,
+                 deadline: float | None = None) -> list[str]:
+    """Sentences about what the failing outputs are, relative to the expected ones (no mutant)."""
+    per_kind: dict = {}
+    wrong_paths, right_paths, checked = set(), set(), 0
+    for i in failed:
+        out, case = outputs[i], cases[i]
+        if isinstance(out, _Crashed) or case.judge is not None or expected[i] is None:
+            continue
+        if deadline is not None and time.process_time() > deadline:
+            break
+        checked += 1
+        atol, rtol = tolerance(exercise, case)
+        first = None
+        for path, e, g in _leaves(expected[i], out):
+            if compare(e, g, atol, rtol, path) is None:
+                right_paths.add(path)
+                continue
+            wrong_paths.add(path)
+            if first is None:
+                first = (path, e, g)
+        if first is None:
+            continue
+        path, e, g = first
+        path = name_paths(exercise, path)
+        try:
+            if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and e.numel() > 1:
+                if e.dtype == torch.bool:
+                    found = _mask_clues(e, g, path)
+                elif e.is_floating_point() and g.is_floating_point():
+                    found = _float_clues(e, g, path, atol, rtol)
+                else:
+                    found = []
+            elif isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and e.shape != g.shape:
+                found = _reshape_clue(e, g, path)
+            else:
+                found = [(k + " (scalar)", m) for k, m in _scalar_clue(e, g, path, atol, rtol)]
+        except Exception:  # noqa: BLE001 - a diagnosis never breaks a verdict
+            found = []
+        for kind, msg in found:
+            per_kind.setdefault(kind, []).append((i, msg))
+    for kind in [k for k in per_kind if k.endswith(" (scalar)")]:
+        # a single number is always the expected one times something: only a factor (or an
+        # offset) that several cases share says anything; tensors' factors join them
+        hits = per_kind.pop(kind)
+        base = kind[: -len(" (scalar)")]
+        if base in per_kind or len(hits) >= 2:
+            per_kind.setdefault(base, []).extend(hits)
+    lines = []
+    ran = "" if checked == len(failed) else " that returned a result"
+    for kind, hits in per_kind.items():
+        i, msg = hits[0]
+        if len(hits) == checked and checked > 1:
+            where = f"in all {checked} failing cases{ran}"
+        elif len(hits) == 1:
+            where = f"in case [{cases[i].label}]"
+        else:
+            where = f"in {len(hits)} of the {checked} failing cases{ran}, e.g. [{cases[i].label}]"
+        lines.append(f"{where[0].upper()}{where[1:]}, {msg}")
+    grads = {p for p in wrong_paths if p.startswith("dL/d")}
+    if checked and grads and grads == wrong_paths:
+        right = sorted(p for p in right_paths if not p.startswith("dL/d"))
+        zero = sorted(p for i in failed if isinstance(outputs[i], dict)
+                      for p, v in outputs[i].items() if p in grads and isinstance(v, torch.Tensor)
+                      and v.numel() and float(v.abs().max()) == 0)
+        line = (f"your forward outputs are right in every failing case; only the gradients differ "
+                f"({', '.join(sorted(grads))}): something between the inputs and the outputs is invisible to "
+                "autograd or changed in place (.detach(), .data, .item(), numpy, torch.tensor(...) of a result, "
+                "an in-place op).")
+        if zero:
+            line += f" {', '.join(zero[:3])} {'is' if len(zero) == 1 else 'are'} zero everywhere."
+        lines.insert(0, line[0].upper() + line[1:])
+    elif checked and wrong_paths and right_paths - wrong_paths and len(wrong_paths | right_paths) <= 4:
+        named = lambda ps: ", ".join(name_paths(exercise, p) for p in sorted(ps))  # noqa: E731
+        lines.append(f"{named(right_paths - wrong_paths)} {'is' if len(right_paths - wrong_paths) == 1 else 'are'} "
+                     f"right in every case; only {named(wrong_paths)} {'is' if len(wrong_paths) == 1 else 'are'} wrong.")
+    return lines
+
+
+def generic_diagnoses(exercise: Exercise, cases: list, outputs: list, expected: list, errors: list,
+                      clues: bool = True) -> list[str]:
+    """Lines that need no mutant: clues about the outputs, and what the failing cases share."""
+    failed = [i for i, e in enumerate(errors) if e]
+    lines = []
+    deadline = time.process_time() + GENERIC_SECONDS
+    if clues:
+        try:
+            lines += [CLUE_PREFIX + ln for ln in output_clues(exercise, cases, outputs, expected, failed, deadline)]
+        except Exception:  # noqa: BLE001 - a diagnosis never breaks a verdict
+            pass
+    try:
+        share = shared_features(exercise, cases, failed)
+    except Exception:  # noqa: BLE001
+        share = None
+    if share:
+        lines.append(SHARE_PREFIX + share)
+    return lines
+
+
 def run_check(exercise: Exercise, impl, seed: int | None = None, quiet: bool = False) -> int:
     """Check ``impl`` against the reference on the exercise's cases; see the module docstring."""
     __tracebackhide__ = True
@@ -991,10 +1506,16 @@ def _run_check(exercise: Exercise, impl, seed: int | None, quiet: bool) -> int:
                 f"First failing case: {cases[first].label}",
                 "  " + name_paths(exercise, errors[first]),
             ]
+            hints = []
             if not any(m.hint in errors[first] for m in exercise.mutants):  # not named yet
                 for hint in diagnose(exercise, cases, outputs, expected):
                     if hint not in errors[first]:
                         lines.append(f"Likely mistake: {hint}")
+                        hints.append(hint)
+            named = bool(hints) or any(m.hint in errors[first] for m in exercise.mutants)
+            # Generic diagnoses come after the bank's hints and never replace them: when a known
+            # mistake is named, only the (factual) features the failing cases share are added.
+            lines += generic_diagnoses(exercise, cases, outputs, expected, errors, clues=not named)
             raise CheckFailure("\n".join(lines))
         for extra in exercise.extra_checks:
             try:
