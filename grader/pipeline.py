@@ -70,6 +70,8 @@ class Job:
     assignment: str
     path: Path | None
     notes: list = field(default_factory=list)
+    root: Path | None = None  # the submissions folder: nothing is read through a link below it
+    problem: str | None = None  # why the submission cannot be graded at all (e.g. a link)
 
 
 @dataclass
@@ -83,13 +85,30 @@ class Outcome:
 
 
 # ------------------------------------------------------------------------------------ discovery
+def _link_problem(path: Path, what: str) -> str | None:
+    if path.is_symlink():
+        return (f"the {what} `{path.name}` is a symbolic link: links in a submission are refused and nothing "
+                "outside a student's own folder is read; it was not graded")
+    return None
+
+
 def find_jobs(submissions: Path, assignments: list[str] | None) -> tuple[list[Job], list[str]]:
+    """Every (student, assignment) to grade. Uploads may hold symbolic links: a student folder that
+    is a link is skipped (with the reason), an assignment folder or notebook that is a link is
+    refused with a reason (scored 0), and no folder is listed or file read through a link."""
     known = course.assignments()
     skipped = []
-    students = sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
+    students = []
+    for p in sorted(submissions.iterdir()):
+        if p.name.startswith("."):
+            continue
+        if p.is_symlink():
+            skipped.append(f"{p.name!r}: the student folder is a symbolic link (links are refused)")
+        elif p.is_dir():
+            students.append(p)
     explicit = assignments is not None
     if assignments is None:
-        present = {d.name for s in students for d in s.iterdir() if d.is_dir()}
+        present = {d.name for s in students for d in s.iterdir() if d.is_dir() or d.is_symlink()}
         assignments = sorted(present & set(known))
     unknown = [a for a in assignments if a not in known]
     if unknown:
@@ -101,12 +120,18 @@ def find_jobs(submissions: Path, assignments: list[str] | None) -> tuple[list[Jo
             continue
         for a in assignments:
             folder = sdir / a
+            linked = _link_problem(folder, "assignment folder")
+            if linked:
+                jobs.append(Job(sdir.name, a, None, root=submissions, problem=linked))
+                continue
             if not explicit and not folder.is_dir():
                 continue  # without --assignments, a student is graded on the assignments they handed in
             expected = folder / f"{a}.ipynb"
-            job = Job(sdir.name, a, expected)
-            if not expected.exists() and folder.is_dir():
-                others = sorted(folder.glob("*.ipynb"))
+            job = Job(sdir.name, a, expected, root=submissions)
+            if expected.is_symlink():
+                job.problem = _link_problem(expected, "notebook")
+            elif not expected.exists() and folder.is_dir():
+                others = sorted(p for p in folder.glob("*.ipynb") if not p.is_symlink() and p.is_file())
                 if len(others) == 1:  # misnamed: grade it, and say so
                     job.path = others[0]
                     job.notes.append(f"the notebook was named {others[0].name} instead of {a}.ipynb; it was graded")
@@ -127,7 +152,12 @@ def grade_one(job: Job, release: dict, solution: dict, work: Path, hidden: list 
 
 
 def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Path, start: float) -> Outcome:
-    sub, problem = load_submission(job.path, MAX_NOTEBOOK_BYTES, MAX_CELLS) if job.path else (None, "no notebook was submitted")
+    if job.problem:
+        sub, problem = None, job.problem
+    elif job.path:
+        sub, problem = load_submission(job.path, MAX_NOTEBOOK_BYTES, MAX_CELLS, root=job.root)
+    else:
+        sub, problem = None, "no notebook was submitted"
     restored = restore(release, sub, problem)
     general = job.notes + restored.notes
     nb = restored.notebook

@@ -64,12 +64,18 @@ MAX_BYTES = 8 * 2**20  # a notebook larger than this is refused before any work 
 MAX_CELLS = 1000
 
 
-def load_submission(path: Path, max_bytes: int = MAX_BYTES, max_cells: int = MAX_CELLS) -> tuple[dict | None, str | None]:
-    from .sandbox import read_regular
+def load_submission(path: Path, max_bytes: int = MAX_BYTES, max_cells: int = MAX_CELLS,
+                    root: Path | None = None) -> tuple[dict | None, str | None]:
+    """The submitted notebook, or why it cannot be graded. With ``root`` (the submissions folder),
+    no link is followed anywhere on the path below it (``sandbox.read_below``)."""
+    from .sandbox import read_below, read_regular
 
     if not os.path.lexists(path):
         return None, "no notebook was submitted for this assignment"
-    data, why = read_regular(path, max_bytes)
+    if root is not None:
+        data, why = read_below(root, list(path.relative_to(root).parts), max_bytes)
+    else:
+        data, why = read_regular(path, max_bytes)
     if data is None:
         if "larger" in (why or ""):
             return None, f"the notebook file is larger than {max_bytes // 2**20} MiB: it was not graded"

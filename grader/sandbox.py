@@ -115,6 +115,62 @@ def read_regular(path: Path, limit: int) -> tuple[bytes | None, str | None]:
         os.close(fd)
 
 
+def read_below(root: Path, parts: list[str], limit: int) -> tuple[bytes | None, str | None]:
+    """Read ``root/parts[0]/.../parts[-1]`` without following a link anywhere below ``root``:
+    every folder is opened relative to the one before it with ``O_NOFOLLOW | O_DIRECTORY``, so a
+    student folder, an assignment folder or a notebook that is a symbolic link (to the solutions,
+    to a peer's folder) is refused with a reason, and nothing outside ``root`` is ever opened. A
+    notebook with more than one hard link is refused too (it may be another file's second name).
+    ``(data, None)`` or ``(None, why)``."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds = []
+    try:
+        try:
+            fds.append(os.open(root, flags | os.O_DIRECTORY))
+        except OSError as err:
+            return None, f"the submissions folder could not be opened ({err.strerror})"
+        for i, part in enumerate(parts[:-1]):
+            if part in ("", ".", "..") or "/" in part:
+                return None, f"{part!r} is not a folder name"
+            try:
+                fds.append(os.open(part, flags | os.O_DIRECTORY, dir_fd=fds[-1]))
+            except OSError as err:
+                where = "/".join(parts[:i + 1])
+                if os.path.islink(os.path.join(root, where)):
+                    return None, f"`{where}` is a symbolic link: links are refused, nothing outside your own folder is read"
+                return None, f"`{where}` could not be opened ({err.strerror})"
+        name = parts[-1]
+        try:
+            fd = os.open(name, flags | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0), dir_fd=fds[-1])
+        except FileNotFoundError:
+            return None, "it was not written"
+        except OSError as err:
+            if os.path.islink(os.path.join(root, *parts)):
+                return None, f"`{'/'.join(parts)}` is a symbolic link: links are refused, nothing outside your own folder is read"
+            return None, f"it could not be opened safely ({err.strerror})"
+        fds.append(fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "it is not a regular file"
+        if st.st_nlink > 1:
+            return None, "it is a hard link to another file: links are refused"
+        if st.st_size > limit:
+            return None, f"it is larger than {limit // 2**20} MiB"
+        chunks, total = [], 0
+        while total <= limit:
+            b = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not b:
+                break
+            chunks.append(b)
+            total += len(b)
+        if total > limit:
+            return None, f"it is larger than {limit // 2**20} MiB"
+        return b"".join(chunks), None
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
+
+
 # ------------------------------------------------------------------------------------ bwrap
 def bwrap_available() -> bool:
     exe = shutil.which("bwrap")

@@ -19,7 +19,7 @@ The parent (this module, never running learner code):
    lies about its values cannot come back) and judges every case itself, judged cases included
    (``utils.checks._core.judge_case``: the reference's output, or the case's ``judge``).
 Patching ``torch.allclose``, the checks or their references in the learner's kernel changes
-nothing here. Self-check answers are compared as literals read from the answer cell's source.
+nothing here. Self-check answers are evaluated (never executed) and judged by the quiz's visible check (``answers.py``).
 """
 from __future__ import annotations
 
@@ -221,27 +221,32 @@ def secret_seed(student: str, assignment: str, exercise: str) -> int:
     return int(digest[:8], 16) % (2**31)
 
 
-def quiz_answer(nb: dict, cell_id: str):
-    """The literal assigned in a self-check answer cell, or an explanation of why there is none."""
+def quiz_answer(nb: dict, cell_id: str, target: str | None = None):
+    """The value a self-check answer cell gives its answer (evaluated, never executed:
+    ``answers.evaluate_cell``), or None and why there is none."""
+    from .answers import evaluate_cell
+
+    imports = []  # `import math` in an earlier cell: the kernel knows `math` when the answer runs
     for cell in nb["cells"]:
+        if grade_id(cell) == cell_id:
+            return evaluate_cell(source(cell), target, prelude=imports)
+        if cell.get("cell_type") == "code":
+            tree = parse_cell(source(cell))
+            imports += [n for n in (tree.body if tree is not None else []) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return None, "the answer cell is missing"
+
+
+def _answer_name(solution: dict, cell_id: str) -> str | None:
+    for cell in solution["cells"]:
         if grade_id(cell) == cell_id:
             try:
                 tree = ast.parse(source(cell))
             except SyntaxError:
-                return None, "the answer cell does not parse"
-            answer, why = None, "no answer was given"
-            for node in tree.body:  # the last assignment counts, as when the cell runs
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    try:
-                        answer, why = ast.literal_eval(node.value), None
-                    except (ValueError, SyntaxError, TypeError):
-                        answer, why = None, "the answer is not a literal value (write it as answer_k = \"b\")"
-                elif isinstance(node, ast.Raise):  # the release's `raise NotImplementedError()`: unanswered
-                    return None, "no answer was given (the cell still raises)"
-            if answer == "" and why is None:
-                return None, "no answer was given"
-            return answer, why
-    return None, "the answer cell is missing"
+                return None
+            names = [n.targets[0].id for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+                     and isinstance(n.targets[0], ast.Name)]
+            return names[-1] if names else None
+    return None
 
 
 def _normalise(value):
@@ -261,21 +266,33 @@ def _answer_tolerance(key) -> float:
 
 
 def check_quizzes(nb: dict, solution: dict) -> dict:
-    """{quiz grade_id: Verdict} comparing the learner's literal with the solution's."""
+    """{quiz grade_id: Verdict}: the learner's answer, evaluated (``math.log(2)`` is a number), is
+    judged by the solution's visible check (``check_choice``/``check_number`` with its key and
+    decimals): what the learner's ✅ accepts, the grade accepts, and what it refuses, the grade
+    refuses. A test cell without such a call: compared with the solution's answer."""
+    from .answers import visible_check, visible_verdict
+
+    tests = {grade_id(c): source(c) for c in solution["cells"] if grade_id(c) and is_test(c)}
     verdicts = {}
     for cell in solution["cells"]:
         gid = grade_id(cell)
         if gid and gid.startswith("quiz_") and is_answer(cell):
-            key, _ = quiz_answer(solution, gid)
-            got, why = quiz_answer(nb, gid)
+            target = _answer_name(solution, gid)
+            got, why = quiz_answer(nb, gid, target)
             if why:
                 verdicts[gid] = Verdict(False, why)
-            elif isinstance(key, (int, float)) and isinstance(got, (int, float)) and not isinstance(got, bool):
+                continue
+            check = visible_check(tests.get(f"test_{gid}", ""))
+            if check is not None:
+                ok, msg = visible_verdict(check, got)
+                verdicts[gid] = Verdict(ok, "" if ok else (msg or "the answer is not correct"))
+                continue
+            key, _ = quiz_answer(solution, gid, target)
+            if isinstance(key, (int, float)) and isinstance(got, (int, float)) and not isinstance(got, bool):
                 ok = abs(got - key) <= _answer_tolerance(key)
-                verdicts[gid] = Verdict(ok, "" if ok else "the answer is not correct")
             else:
                 ok = _normalise(got) == _normalise(key)
-                verdicts[gid] = Verdict(ok, "" if ok else "the answer is not correct")
+            verdicts[gid] = Verdict(ok, "" if ok else "the answer is not correct")
     return verdicts
 
 

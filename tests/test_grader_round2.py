@@ -1,6 +1,7 @@
 """Grading, round two (issue 18): faults that cost honest students, links in uploads, forbidden
 calls the re-check did not see, bombs in the grading process, scripts in the instructor's browser."""
 import concurrent.futures as futures
+import json
 import os
 import sys
 import time
@@ -102,3 +103,98 @@ def test_no_cgroup_is_left_behind_and_orphans_are_swept():
         d.mkdir()
     removed = sandbox.sweep_cgroups()
     assert all(str(d) in removed and not d.exists() for d in orphan)
+
+
+# --------------------------------------------------------------- one small graded batch
+# Round two's hostile samples beside correct submissions, graded once on a FRESH installation
+# (a new salt folder) with 2 workers: every correct submission keeps full marks.
+from grader.samples import bank  # noqa: E402
+
+ROUND2 = sorted(s for s in bank.SAMPLES if s.startswith("hostile_") and bank.SAMPLES[s][0] and s in (
+    "hostile_link_peer", "hostile_link_solution"))
+CORRECT = ("correct", "ch00_correct")
+
+
+def _read(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def round2(tmp_path_factory):
+    import json
+    import shutil
+    import subprocess
+
+    tmp = tmp_path_factory.mktemp("round2")
+    everything = bank.materialize(tmp / "bank")
+    subs = tmp / "submissions"
+    subs.mkdir()
+    for s in (*CORRECT, *ROUND2):
+        shutil.copytree(everything / s, subs / s, symlinks=True)
+    env = dict(os.environ, GRADER_CELL_TIMEOUT="20", GRADEBOOK_URL=f"sqlite:///{tmp}/gradebook.db",
+               JUPYTER_CONFIG_PATH=str(course.GRADER), GRADER_WORKERS="2",
+               GRADER_SECRET_FILE=str(tmp / "fresh-install" / "salt"))
+    start = time.monotonic()
+    proc = subprocess.run([PY, "-m", "grader", "autograde", "--quiet", "--submissions", str(subs),
+                           "--reports", str(tmp / "reports"), "--work", str(tmp / "work")],
+                          cwd=course.ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-5000:]
+    print(proc.stdout, f"({time.monotonic() - start:.1f} s)")
+    timing = json.loads((tmp / "reports" / "timing.json").read_text())["per_submission"]
+    return tmp, subs, env, _read(tmp / "reports" / "exercises.csv"), timing
+
+
+def test_round2_samples_score_as_expected_and_correct_ones_keep_full_marks(round2):
+    tmp, _, _, rows, timing = round2
+    got = {(r["student_id"], r["exercise"]): (float(r["score"]), r["reason"]) for r in rows}
+    wrong = []
+    for student in (*CORRECT, *ROUND2):
+        for exercise, score in bank.SAMPLES[student][2].items():
+            actual = got.get((student, exercise))
+            if actual is None or actual[0] != score:
+                wrong.append(f"{student} {exercise}: expected {score}, got {actual}")
+    assert not wrong, "\n".join(wrong)
+    print("\n" + "\n".join(f"{k}: {v['grade_seconds']} s" for k, v in sorted(timing.items())))
+
+
+def test_links_are_refused_with_a_reason_and_leak_nothing(round2):
+    tmp, subs, _, rows, _ = round2
+    for student in ("hostile_link_peer", "hostile_link_solution"):
+        reasons = {r["reason"] for r in rows if r["student_id"] == student}
+        assert any("symbolic link" in r for r in reasons), reasons
+        stored = (tmp / "work" / "submitted" / student / bank.A / f"{bank.A}.ipynb").read_text()
+        release = course.release_path(bank.A).read_text()
+        for answer in bank._answers().values():  # the solution's (and the peer's) answers
+            for line in "".join(answer).splitlines():
+                text = json.dumps(line.strip())[1:-1]  # as it is written in a notebook's JSON
+                if len(text) > 25 and text not in release:
+                    assert text not in stored, (student, line)
+    assert json.loads((subs / "correct" / bank.A / f"{bank.A}.ipynb").read_text())["cells"]
+
+
+def test_links_anywhere_on_the_path_are_refused(tmp_path):
+    from grader.pipeline import find_jobs
+    from grader.restore import load_submission
+
+    subs = tmp_path / "subs"
+    (subs / "peer" / bank.A).mkdir(parents=True)
+    (subs / "peer" / bank.A / f"{bank.A}.ipynb").write_text('{"cells": [], "metadata": {}}')
+    (subs / "linked_student").symlink_to("peer")
+    (subs / "linked_folder").mkdir()
+    (subs / "linked_folder" / bank.A).symlink_to(f"../peer/{bank.A}")
+    (subs / "linked_notebook" / bank.A).mkdir(parents=True)
+    (subs / "linked_notebook" / bank.A / f"{bank.A}.ipynb").symlink_to(course.source_path(bank.A))
+    (subs / "misnamed_link" / bank.A).mkdir(parents=True)
+    (subs / "misnamed_link" / bank.A / "Untitled.ipynb").symlink_to(course.source_path(bank.A))
+    jobs, skipped = find_jobs(subs, None)
+    by = {j.student: j for j in jobs}
+    assert "linked_student" not in by and any("linked_student" in s and "link" in s for s in skipped)
+    assert "symbolic link" in by["linked_folder"].problem and "symbolic link" in by["linked_notebook"].problem
+    assert by["misnamed_link"].problem is None and load_submission(by["misnamed_link"].path, root=subs)[0] is None
+    assert by["peer"].problem is None and load_submission(by["peer"].path, root=subs)[0] is not None
+    # a link in the middle of a path is refused by the reader itself, not only by find_jobs
+    data, why = load_submission(subs / "linked_folder" / bank.A / f"{bank.A}.ipynb", root=subs)
+    assert data is None and "symbolic link" in why
