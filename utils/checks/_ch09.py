@@ -11,6 +11,7 @@ snapshots it returns, two instances used at once (nothing shared between instanc
 decode under a memory budget.
 """
 import math
+import types
 
 import torch
 import torch.nn as nn
@@ -108,7 +109,7 @@ REPEAT_KV_EXERCISE = Exercise(
     reference=ref.repeat_kv,
     make_cases=_repeat_kv_cases,
     mutants=REPEAT_KV_MUTANTS,
-    variants=[Variant("expand_reshape", _v_rk_expand), Variant("loop_cat", _v_rk_loop),
+    variants=[Variant("expand_reshape", _v_rk_expand), Variant("loop_cat", _v_rk_loop, demo=True),
               Variant("index_select", _v_rk_index)],
     contract="""Repeat each key/value head n_rep times, consecutively, so that H_kv heads serve H_kv · n_rep query heads.
 
@@ -144,10 +145,12 @@ KV_RETURNS_NEW = ("update returned only the new keys and values: it must return 
 KV_V_FROM_K = "the values were appended to the cached keys (a copy-paste slip): v_all = torch.cat([self.v, v_new], dim=-2)."
 KV_MEMORY = (
     "a KV cache holds each position's key and value once, so its memory grows as S_total: no tensor "
-    "larger than a few times k_all (never one copy of the cache per update)"
+    "larger than a few times k_all, and no more kept in the cache than a few times k_all and v_all "
+    "(never one copy of the cache per update, nor a list of the snapshots update returned)"
 )
 
 LONG_PREFILL, LONG_STEPS, LONG_D = 64, 960, 2  # 1,024 positions, decoded one at a time after a prefill
+KEPT_FACTOR = 4  # what a cache may keep alive: 4 × (k_all + v_all) (a doubling buffer keeps up to 2 ×)
 
 
 def _update(cache, k_new, v_new, label):
@@ -188,6 +191,15 @@ def _run_two_caches(cls, case: Case):
     judge can say whether the instances share their storage."""
     shared = _class_level_storage(cls)
     (a1, a2), (b1, b2) = case.args
+    solo, solo_error = [], None  # the same updates as cache A's, on one cache alone
+    try:
+        C = cls()
+        for k, v in (a1, a2):
+            solo.append(tuple(_snapshot(t) for t in _update(C, k, v, case.label)))
+    except (ForbiddenCall, NotImplementedError, BudgetExceeded, CheckFailure):
+        raise
+    except Exception as err:  # noqa: BLE001 - judged below
+        solo_error = f"{type(err).__name__}: {err}"
     outs, error = [], None
     try:
         A = cls()
@@ -198,7 +210,7 @@ def _run_two_caches(cls, case: Case):
         raise
     except Exception as err:  # noqa: BLE001 - judged below, with the class-level storage in view
         error = f"{type(err).__name__}: {err}"
-    return {"class_level": shared, "error": error, "outputs": outs}
+    return {"class_level": shared, "error": error, "outputs": outs, "solo": solo, "solo_error": solo_error}
 
 
 def _judge_two_caches(a1, a2, b1, b2):
@@ -223,18 +235,66 @@ def _judge_two_caches(a1, a2, b1, b2):
         where = "two caches used in turn (one per layer)"
         if shared:
             return f"{where}: {problem}\nLikely mistake: {SHARED} (class-level: {', '.join(shared)})"
-        return (f"{where}: {problem} Each KVCache instance must keep its own keys and values, "
-                "independent of every other instance.")
+        solo_ok = got.get("solo_error") is None and len(got.get("solo", ())) == 2 and all(
+            compare(tuple(e), tuple(o), 1e-6, 1e-5) is None for e, o in zip(expected[0::2], got["solo"]))
+        if solo_ok:  # alone it works, next to another instance it does not: shared storage
+            return (f"{where}: {problem} The same updates on a single cache are right, so the two instances "
+                    "share something: each KVCache instance must keep its own keys and values.")
+        return (f"{where}: {problem} (A single cache given the same updates fails too: the mistake is in "
+                "update itself, not in sharing between instances.)")
 
     return judge
 
 
+_NOT_CONTAINERS = (str, bytes, int, float, complex, bool, type(None), type, types.ModuleType, types.FunctionType,
+                   types.BuiltinFunctionType, types.MethodType, torch.dtype, torch.device, torch.Generator)
+
+
+def _kept_bytes(obj) -> int:
+    """Bytes of every tensor storage reachable from ``obj``'s attributes (through lists, tuples,
+    dicts, sets and objects, an nn.Module's parameters and buffers included), each storage once."""
+    seen_storages, seen_objects, total = set(), set(), 0
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, torch.Tensor):
+            st = o.untyped_storage()
+            key = (st.data_ptr(), st.nbytes())
+            if key not in seen_storages:
+                seen_storages.add(key)
+                total += st.nbytes()
+            continue
+        if id(o) in seen_objects or isinstance(o, _NOT_CONTAINERS):
+            continue
+        seen_objects.add(id(o))
+        if isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        else:
+            attrs = getattr(o, "__dict__", None)
+            if isinstance(attrs, dict):
+                stack.extend(attrs.values())
+            for slot in getattr(type(o), "__slots__", ()):
+                stack.append(getattr(o, slot, None))
+    return total
+
+
 def _run_long_decode(cls, case: Case):
-    """A prefill, then LONG_STEPS single-token updates: only the final k_all, v_all are kept."""
+    """A prefill, then LONG_STEPS single-token updates: only the final k_all, v_all are kept. Then
+    what the cache keeps alive (every tensor reachable from it) is weighed against k_all + v_all."""
     cache = cls()
     got = None
     for k_new, v_new in case.args[0]:
         got = _update(cache, k_new, v_new, case.label)
+    k_all, v_all = got
+    if isinstance(k_all, torch.Tensor) and isinstance(v_all, torch.Tensor):
+        allowed = KEPT_FACTOR * (k_all.numel() * k_all.element_size() + v_all.numel() * v_all.element_size())
+        kept = _kept_bytes(cache)
+        if kept > allowed:
+            raise BudgetExceeded(
+                f"after the {len(case.args[0])} updates the cache keeps {kept:,} bytes of tensors alive where "
+                f"this case allows at most {KEPT_FACTOR} × (k_all + v_all) = {allowed:,} bytes: {KV_MEMORY}")
     return tuple(got)
 
 
@@ -269,7 +329,8 @@ def _kv_cache_cases(seed: int) -> list:
     total = LONG_PREFILL + LONG_STEPS
     limit = 4 * total * LONG_D
     cases.append(Case(f"memory budget: a prefill of {LONG_PREFILL} then {LONG_STEPS} single tokens, B=1, H_kv=1, "
-                      f"D=D_v={LONG_D} (no tensor above 4 × k_all = {limit:,} elements)", (long,),
+                      f"D=D_v={LONG_D} (no tensor above 4 × k_all = {limit:,} elements; the cache keeps at most "
+                      f"{KEPT_FACTOR} × (k_all + v_all) alive)", (long,),
                       run=_run_long_decode, budget=Budget(numel=limit, seconds=DEFAULT_SECONDS, why=KV_MEMORY)))
     return cases
 
@@ -401,7 +462,7 @@ KV_CACHE_EXERCISE = Exercise(
     make_cases=_kv_cache_cases,
     run=_run_kv_cache,  # a plain class or an nn.Module: KVCache(), then update(...) step by step
     mutants=KV_CACHE_MUTANTS,
-    variants=[Variant("lists_made_in_init", _VCacheList), Variant("doubling_buffers_module", _VCacheBuffer)],
+    variants=[Variant("lists_made_in_init", _VCacheList), Variant("doubling_buffers_module", _VCacheBuffer, demo=True)],
     output_names=KV_CACHE_OUTPUTS,
     contract="""The keys and values of every position seen so far, for one attention layer.
 
@@ -411,7 +472,8 @@ KV_CACHE_EXERCISE = Exercise(
         the cached positions along the sequence dim (-2). Returns everything cached so far,
         k_all (B, H_kv, S_total, D) and v_all (B, H_kv, S_total, D_v).
     Memory budget: the check decodes 1,024 positions one by one; no tensor may exceed 4 × the
-    size of k_all (a cache holds each position once).
+    size of k_all, and all the tensors the cache keeps (everything reachable from its attributes)
+    may total at most 4 × the bytes of k_all and v_all (a cache holds each position once).
     """,
 )
 check_KVCache = register(KV_CACHE_EXERCISE)
@@ -419,8 +481,10 @@ check_KVCache = register(KV_CACHE_EXERCISE)
 
 # ---------------------------------------------------------------- GroupedQueryAttention
 GQA_OUTPUTS = (
-    "out of forward(x) without a cache",
-    "the cache returned by forward(x) without a cache",
+    # A gradient case "through a cache" calls forward(x, cache=<the check's cache holding P positions>):
+    # its label says so, and so does the name of its first output.
+    "out of one forward over x (no cache, unless the case says 'through a cache')",
+    "the cache returned by that forward",
     "out of prefill then decode with a cache (the step outputs concatenated over positions)",
 )
 
@@ -491,6 +555,9 @@ class _PrefixCache(tuple):
     def update(self, k_new, v_new):
         _check_stored(self, k_new, v_new)
         return torch.cat([self.k.to(k_new.dtype), k_new], dim=-2), torch.cat([self.v.to(v_new.dtype), v_new], dim=-2)
+
+    def __bool__(self):  # an object, as a cache is: `if cache:` must see it (a tuple that is empty would not)
+        return True
 
     def __repr__(self):
         return "<the check's cache>"
@@ -606,6 +673,7 @@ class _GQAVariant(unguarded(ref.GroupedQueryAttention)):
     repeat_before_cache = False  # store num_heads heads in the cache
     output_projection = True
     return_cache = True
+    softmax_dim = -1  # or -2: normalised over the queries
 
     def _heads(self, t, n_heads):
         B, S, _ = t.shape
@@ -631,9 +699,14 @@ class _GQAVariant(unguarded(ref.GroupedQueryAttention)):
         S_k = k.size(-2)
         k, v = self._repeat(k, H // k.size(1)), self._repeat(v, H // v.size(1))
         ones = torch.ones(S, S_k, dtype=torch.bool)
-        mask = {"bottom_right": ones.tril(S_k - S), "top_left": ones.tril(0), "none": None}[self.causal]
+        mask = {"bottom_right": ones.tril(S_k - S), "top_left": ones.tril(0), "none": None,
+                "hides_diagonal": ones.tril(S_k - S - 1), "sees_next": ones.tril(S_k - S + 1)}[self.causal]
         scale = {"head_dim": math.sqrt(self.head_dim), "d_model": math.sqrt(d_model), "none": 1.0}[self.scale]
-        out = masked_softmax_impl(q @ k.transpose(-2, -1) / scale, mask) @ v
+        scores = q @ k.transpose(-2, -1) / scale
+        if self.softmax_dim != -1 or self.causal == "hides_diagonal":  # plain softmax: what a learner writes
+            out = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=self.softmax_dim) @ v
+        else:
+            out = masked_softmax_impl(scores, mask) @ v
         out = out.transpose(1, 2).reshape(B, S, d_model)
         return (self.W_o(out) if self.output_projection else out), (cache if self.return_cache else None)
 
@@ -668,6 +741,17 @@ VIEW_NO_TRANSPOSE = (
 SCALE_D_MODEL = "the scores were divided by sqrt(d_model); each head's scores are divided by sqrt(head_dim), head_dim = d_model / num_heads."
 NO_SCALING = "the scores were not divided by sqrt(head_dim)."
 NO_W_O = "the output projection W_o was not applied: merge the heads back to (B, S, d_model), then apply W_o."
+HIDES_DIAGONAL = (
+    "the causal mask is off by one and hides the diagonal: a position may attend to itself, keys j ≤ i + (S_k − S) — "
+    "torch.ones(S, S_k).tril(diagonal=S_k − S), not diagonal=S_k − S − 1 (or triu(S_k − S) for the masked part). "
+    "Without a cache the first query then has no key at all, and its softmax gives NaN."
+)
+SEES_NEXT = (
+    "the causal mask is off by one and lets each query see the next position: keep keys j ≤ i + (S_k − S) — "
+    "torch.ones(S, S_k).tril(diagonal=S_k − S), not diagonal=S_k − S + 1 (or hide triu(S_k − S + 1), not triu(S_k − S + 2))."
+)
+SOFTMAX_QUERIES = ("the softmax ran over the queries (dim −2) instead of over the keys (the last dim): each query's "
+                   "weights over the keys it may see must sum to 1, torch.softmax(scores, dim=-1).")
 
 GQA_MUTANTS = [
     Mutant("tile_instead_of_interleave", TILE, _gqa_mutant("_GQATile", tile=True)),
@@ -678,6 +762,9 @@ GQA_MUTANTS = [
     Mutant("scale_by_d_model", SCALE_D_MODEL, _gqa_mutant("_GQAScaleByDModel", scale="d_model")),
     Mutant("no_scaling", NO_SCALING, _gqa_mutant("_GQANoScaling", scale="none")),
     Mutant("no_output_projection", NO_W_O, _gqa_mutant("_GQANoWo", output_projection=False)),
+    Mutant("causal_mask_hides_the_diagonal", HIDES_DIAGONAL, _gqa_mutant("_GQAHidesDiagonal", causal="hides_diagonal")),
+    Mutant("causal_mask_sees_the_next_position", SEES_NEXT, _gqa_mutant("_GQASeesNext", causal="sees_next")),
+    Mutant("softmax_over_the_queries", SOFTMAX_QUERIES, _gqa_mutant("_GQASoftmaxQueries", softmax_dim=-2)),
     Mutant("kv_projected_to_d_model", KV_D_MODEL, _GQAKVToDModel),
     Mutant("returns_no_cache", OTHER_CACHE, _gqa_mutant("_GQAReturnsNone", return_cache=False)),
     # GQA exists to shrink the cache by num_heads / num_kv_heads; repeating before caching undoes it.
@@ -783,7 +870,7 @@ GQA_EXERCISE = Exercise(
     kind="class",  # most cases run _run_gqa (with a cache); gradient cases build the module in float64
     forbidden=(SDPA, MHA),
     mutants=GQA_MUTANTS,
-    variants=[Variant("grouped_einsum_no_repeat", _VGQAGrouped), Variant("loops_float64_no_validation", _VGQALoops)],
+    variants=[Variant("grouped_einsum_no_repeat", _VGQAGrouped), Variant("loops_float64_no_validation", _VGQALoops, demo=True)],
     output_names=GQA_OUTPUTS,
     tips=(_tip_validation,),
     rescale=_gqa_rescale,
@@ -891,7 +978,7 @@ KV_BYTES_EXERCISE = Exercise(
     reference=ref.kv_cache_bytes,
     make_cases=_kv_bytes_cases,
     mutants=KV_BYTES_MUTANTS,
-    variants=[Variant("per_token_prod", _v_kvb_prod), Variant("sum_of_tensor_sizes", _v_kvb_tensor_sizes)],
+    variants=[Variant("per_token_prod", _v_kvb_prod), Variant("sum_of_tensor_sizes", _v_kvb_tensor_sizes, demo=True)],
     contract="""Bytes a KV cache holds: keys and values, for every layer, kv head, position and sequence.
 
     num_layers, num_kv_heads, head_dim, seq_len, batch_size: ints

@@ -9,11 +9,12 @@ from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import reference as ref
 from ..reference._common import masked_softmax_impl
 from ._ch06 import warm_dispatch_modes
-from ._core import Budget, Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._core import Budget, BudgetExceeded, Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._forbid import MHA, SDPA
 from ._registry import register
 
@@ -130,7 +131,7 @@ MASK_EXERCISE = Exercise(
     reference=ref.sliding_window_mask,
     make_cases=_mask_cases,
     mutants=MASK_MUTANTS,
-    variants=[Variant("python_loops", _v_mask_loops), Variant("tril_and_triu", _v_mask_tril_triu)],
+    variants=[Variant("python_loops", _v_mask_loops), Variant("tril_and_triu", _v_mask_tril_triu, demo=True)],
     contract="""Bool (s, s) sliding-window mask, True = may attend: query i sees key j iff |i − j| ≤ window.
 
     s: int, the sequence length   window: int ≥ 0   causal: bool
@@ -142,23 +143,67 @@ check_sliding_window_mask = register(MASK_EXERCISE)
 
 
 # ---------------------------------------------------------------- sliding_window_attention
-# The budget case: S = 2048 positions. Small D and window keep every banded tensor under ~32k
-# elements (torch then stays on one thread, so the check is fast on a busy machine); the S×S
-# matrix is 4M elements and the budget allows S²/8.
-MEMORY_S, MEMORY_D, MEMORY_WINDOW = 2048, 2, 3
+# The budget cases: S = 2048 positions, D = D_v = 4, window 3 (W = 7 keys per query; causal 4),
+# causal and not. Two limits, both stated in the prompt:
+# - memory: no tensor above S²/8 = 524,288 elements. The legal tensors are S·W·D = 57,344 at most
+#   (an unfold view, or a gather of each query's keys): 9× below; an (S, S) matrix or mask is 8× above.
+# - work: the multiply-adds of the products (matmuls, einsums, elementwise `*`) total at most
+#   S²·(D + D_v)/8 = 4,194,304. Banded: S·W·(D + D_v) ≈ 115k (36× below); query blocks of 64 against
+#   the 70 keys they can reach ≈ 1.2M (3.6× below); scoring every key, whether in one (S, S) matrix
+#   or one query at a time, is S²·(D + D_v) ≈ 33.6M (8× above).
+MEMORY_S, MEMORY_D, MEMORY_WINDOW = 2048, 4, 3
 FULL_MATRIX = (
     "sliding-window attention never builds the S×S score matrix (or mask): score each query against "
     "its 2·window + 1 neighbours only (e.g. pad k and v, then unfold them into windows), so memory "
     "grows as S·window, not S²"
 )
+ALL_KEYS = (
+    "sliding-window attention scores each query against its 2·window + 1 (causal: window + 1) neighbours "
+    "only, never against all S keys: S·W·(D + D_v) multiply-adds, not S²·(D + D_v). A loop over the queries "
+    "that scores every key (and masks afterwards) does the full quadratic work, even though each of its "
+    "tensors is small: slice each query's window of keys, or pad and unfold them"
+)
+_ATEN = torch.ops.aten
+_PRODUCTS = {_ATEN.mm: 0, _ATEN.bmm: 0, _ATEN.addmm: 1, _ATEN.baddbmm: 1, _ATEN.addbmm: 1, _ATEN.mv: 0,
+             _ATEN.addmv: 1, _ATEN.dot: 0, _ATEN.vdot: 0}  # op -> index of the left factor (its last dim is summed)
+
+
+class WorkCounter(TorchDispatchMode):
+    """Counts multiply-adds: matmul-family ops (out elements × the summed dim) and elementwise products
+    (out elements); raises BudgetExceeded once the count passes ``limit``."""
+
+    def __init__(self, limit: int | None = None, why: str = ""):
+        super().__init__()
+        self.work, self.limit, self.why = 0, limit, why
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        packet = func.overloadpacket
+        if packet in _PRODUCTS:
+            a = args[_PRODUCTS[packet]]
+            self.work += a.numel() if packet in (_ATEN.dot, _ATEN.vdot) else out.numel() * a.shape[-1]
+        elif packet in (_ATEN.mul, _ATEN.mul_) and isinstance(out, torch.Tensor):
+            self.work += out.numel()
+        if self.limit is not None and self.work > self.limit:
+            raise BudgetExceeded(f"its products reach {self.work:,} multiply-adds where this case allows at most "
+                                 f"{self.limit:,} (S²·(D + D_v)/8, an eighth of scoring every key): {self.why}")
+        return out
+
+
+def _run_counting_work(fn, case: Case):
+    with WorkCounter(case.init["work_limit"], ALL_KEYS):
+        return fn(*case.args, **case.kwargs)
 
 
 def _memory_case(causal: bool) -> Case:
     g = generator(2048 + causal)
     S, D, window = MEMORY_S, MEMORY_D, MEMORY_WINDOW
     q, k, v = randn(1, S, D, gen=g), randn(1, S, D, gen=g), randn(1, S, D, gen=g)
-    return Case(f"memory budget at S = {S}: q, k, v {tuple(q.shape)}, window={window}, causal={causal} "
-                f"(no tensor above S²/8 = {S * S // 8:,} elements)", (q, k, v, window), {"causal": causal},
+    work = S * S * (D + D) // 8
+    return Case(f"memory budget at S = {S}, and work budget: q, k, v {tuple(q.shape)}, window={window}, "
+                f"causal={causal} (no tensor above S²/8 = {S * S // 8:,} elements; at most S²·(D + D_v)/8 = "
+                f"{work:,} multiply-adds)", (q, k, v, window), {"causal": causal},
+                init={"work_limit": work}, run=_run_counting_work,
                 budget=Budget(numel=S * S // 8, seconds=3.0, why=FULL_MATRIX))
 
 
@@ -293,6 +338,18 @@ def _swa_max_before_mask(q, k, v, window, causal=False):
     return (e / e.sum(dim=-1, keepdim=True)) @ v
 
 
+def _swa_query_loop_all_keys(q, k, v, window, causal=False):
+    """One query at a time against every key, masked afterwards: small tensors, quadratic work."""
+    S = q.size(-2)
+    outs = []
+    for i in range(S):
+        d = i - torch.arange(S)  # (S,): how far each key lies behind query i
+        ok = ((d >= 0) & (d <= window)) if causal else d.abs() <= window
+        s = (q[..., i:i + 1, :] @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (..., 1, S): every key
+        outs.append(torch.softmax(s.masked_fill(~ok, float("-inf")), dim=-1) @ v)
+    return torch.cat(outs, dim=-2)
+
+
 PADDING_NOT_MASKED = (
     "the zero padding at the ends of the sequence took part in the softmax: padded slots are not "
     "keys, so mask them with -inf before the softmax (only the first and last `window` queries differ)."
@@ -320,6 +377,7 @@ SWA_MUTANTS = [
     Mutant("mask_after_softmax", MASK_AFTER, _swa_mask_after_softmax),
     Mutant("max_before_mask", MAX_BEFORE_MASK, _swa_max_before_mask),
     Mutant("quadratic_masked_full", FULL_MATRIX, _swa_with_mask(_true_mask)),
+    Mutant("quadratic_work_query_loop_over_all_keys", ALL_KEYS, _swa_query_loop_all_keys),
 ]
 
 
@@ -361,7 +419,7 @@ SWA_EXERCISE = Exercise(
     make_cases=_swa_cases,
     forbidden=(SDPA, MHA),
     mutants=SWA_MUTANTS,
-    variants=[Variant("gather_einsum", _v_swa_gather), Variant("query_blocks_float64", _v_swa_blocked)],
+    variants=[Variant("gather_einsum", _v_swa_gather, demo=True), Variant("query_blocks_float64", _v_swa_blocked)],
     rescale=_swa_rescale,
     scale_names=_swa_scale_names,
     contract="""Self-attention where query i sees only the keys within `window` of it, without an S×S matrix.
@@ -370,8 +428,10 @@ SWA_EXERCISE = Exercise(
     Returns out (..., S, D_v), equal to softmax(q kᵀ / sqrt(D)) v masked with
     sliding_window_mask(S, window, causal): window = 0 gives v; window ≥ S − 1 gives full (or
     full causal) attention.
-    Score each query against its neighbours only, never all S keys: the check has a memory
-    budget, at S = 2048 no tensor may exceed S²/8 elements.
+    Score each query against its neighbours only, never all S keys. The check's budget, at
+    S = 2048, D = D_v = 4, window = 3 (causal and not): no tensor may exceed S²/8 elements, and
+    the products (matmuls, einsums, elementwise *) may total at most S²·(D + D_v)/8 multiply-adds.
+    Gathering each query's W keys into an (..., S, W, D) tensor is allowed.
     Later code trains through this function, so its gradients are checked too (in float64): no
     in-place edits of tensors autograd needs.
     """,
@@ -476,7 +536,7 @@ STRIDED_EXERCISE = Exercise(
     reference=ref.strided_sparse_mask,
     make_cases=_strided_cases,
     mutants=STRIDED_MUTANTS,
-    variants=[Variant("python_loops", _v_strided_loops), Variant("tril_triu_remainder", _v_strided_tril)],
+    variants=[Variant("python_loops", _v_strided_loops), Variant("tril_triu_remainder", _v_strided_tril, demo=True)],
     tips=(_tip_stride_zero,),
     contract="""Bool (s, s) causal strided pattern of Sparse Transformers (Child et al., 2019), True = may attend.
 
