@@ -529,14 +529,65 @@ def test_a_group_keeps_its_colour_across_figures_and_functions():
     assert P.series_color("scaled") == c1["scaled"]
 
 
-def test_reference_in_a_group_is_a_darker_shade_and_colours_can_be_pinned():
+def test_reference_in_a_group_has_a_colour_of_its_own_and_colours_can_be_pinned():
     P.set_colors({"scaled": "#ff0000"})
     fig = P.plot_lines([1, 2], {"scaled": [1, 1], "theory: 1": [1, 1]},
                        groups={"theory: 1": "scaled"})
     meas, ref = fig.axes[0].lines
     assert meas.get_color() == "#ff0000"
-    r, g, b = mpl.colors.to_rgb(ref.get_color())
-    assert ref.get_linestyle() == "--" and 0.3 < r < 1.0 and g == b == 0.0
+    assert ref.get_linestyle() == "--" and ref.get_color() == P.REFERENCE_COLOR
+
+
+def test_several_reference_lines_are_told_apart_by_their_dashes_and_sit_above():
+    fig = P.plot_lines([1, 2, 4], {"a": [1, 2, 4], "theory: S": [1, 2, 4], "b": [1, 4, 16],
+                                   "theory: S²": [1, 4, 16]}, logx=True, logy=True)
+    lines = {ln.get_label(): ln for ln in fig.axes[0].lines}
+    t1, t2 = lines["theory: S"], lines["theory: S²"]
+    assert t1.get_dashes() if hasattr(t1, "get_dashes") else True
+    assert t1._dash_pattern != t2._dash_pattern
+    assert min(t1.get_zorder(), t2.get_zorder()) > max(lines["a"].get_zorder(), lines["b"].get_zorder())
+    assert t1.get_path_effects()  # a white halo: visible on top of a line of any colour
+
+
+def test_first_colours_are_easy_to_tell_apart():
+    P.reset_colors()
+    fig = P.plot_lines([1, 2], {f"s{i}": [i, i + 1] for i in range(5)})
+    rgb = [np.array(mpl.colors.to_rgb(ln.get_color())) for ln in fig.axes[0].lines]
+    gaps = [np.abs(a - b).sum() for i, a in enumerate(rgb) for b in rgb[i + 1:]]
+    assert min(gaps) > 0.4, gaps  # no two oranges or two pinks among the first five
+
+
+def test_legend_sits_outside_and_widens_the_figure_instead_of_squeezing_the_axes():
+    series = {"a very long name for a measured series": [1, 2, 3], "another long series name": [3, 2, 1]}
+    alone = P.plot_lines([1, 2, 3], {"x": [1, 2, 3]})
+    fig = P.plot_lines([1, 2, 3], series)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend_box = ax.get_legend().get_window_extent()
+    assert legend_box.x0 >= ax.get_window_extent().x1  # right of the axes: covers no data
+    assert fig.get_size_inches()[0] > alone.get_size_inches()[0] + 1.0
+    alone.canvas.draw()
+    w_alone = alone.axes[0].get_window_extent().width / alone.dpi
+    assert ax.get_window_extent().width / fig.dpi > 0.85 * w_alone  # the axes keep their width
+
+
+def test_plot_lines_on_a_given_ax_keeps_its_labels():
+    fig = P.plot_lines([1, 2], {"a": [1, 2]}, xlabel="x", ylabel="y")
+    P.plot_lines([1, 2], {"b": [2, 1]}, ax=fig.axes[0])  # a second call, no labels
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("x", "y")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+
+
+def test_a_token_axis_labels_every_token_up_to_40():
+    for n in (24, 40):
+        tokens = [chr(ord("a") + i % 26) + str(i) for i in range(n)]
+        w = torch.softmax(torch.randn(n, n), -1)
+        fig = P.plot_attention(w, x_labels=tokens, y_labels=tokens)
+        assert tick_texts(fig.axes[0].xaxis) == tokens and tick_texts(fig.axes[0].yaxis) == tokens
+        fig = P.plot_heads(torch.softmax(torch.randn(4, n, n), -1), x_labels=tokens, y_labels=tokens)
+        heads = fig.axes[:4]  # the bottom row carries the x labels, the first column the y labels
+        assert tick_texts(heads[-1].xaxis) == tokens and tick_texts(heads[0].yaxis) == tokens
 
 
 def test_no_two_groups_share_a_colour_in_one_figure():
@@ -737,10 +788,10 @@ def test_cost_with_memory_is_time_and_memory_side_by_side():
         assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
         assert ax.get_xlabel() == "sequence length"
         assert tick_texts(ax.xaxis) == [str(v) for v in n]
-    assert [x.get_text() for x in ax_t.get_legend().get_texts()] == [
-        "full (slope 2.0)", "flash (slope 2.0)"]
-    assert [x.get_text() for x in ax_m.get_legend().get_texts()] == [
-        "full (slope 2.0)", "flash (slope 1.0)"]
+    # one legend for both panels, on the right, each entry with its slope in each panel
+    assert ax_t.get_legend() is None and ax_m.get_legend() is None
+    assert [x.get_text() for x in fig.legends[-1].get_texts()] == [
+        "full (slope: time 2.0, memory 2.0)", "flash (slope: time 2.0, memory 1.0)"]
     np.testing.assert_allclose(ax_m.lines[0].get_ydata(), mem["full"] / 2**20)
     for a, b in zip(ax_t.lines, ax_m.lines):  # one method, one colour and marker
         assert (a.get_color(), a.get_marker()) == (b.get_color(), b.get_marker())
@@ -775,9 +826,9 @@ def fonts(monkeypatch):
     """Choose which fonts the module sees as installed (the caches are rebuilt)."""
 
     def use(cjk_fonts):
-        monkeypatch.setattr(P, "_CJK_FONTS", tuple(cjk_fonts))
-        monkeypatch.setattr(P, "_DRAWABLE", None)
-        monkeypatch.setattr(P, "_STYLE_RC", None)
+        monkeypatch.setattr(P._base, "_CJK_FONTS", tuple(cjk_fonts))
+        monkeypatch.setattr(P._base, "_DRAWABLE", None)
+        monkeypatch.setattr(P._base, "_STYLE_RC", None)
         P._label_width_pt.cache_clear()
 
     yield use
