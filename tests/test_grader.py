@@ -266,3 +266,33 @@ def test_demo_cells_run_only_their_definitions_and_drop_unused_plotting_imports(
     assert "from utils.plotting import plot_attention" in run.cells[1].source  # a kept definition uses it
     assert run.cells[2].source == "from utils.plotting import plot_heads"  # the learner's cell uses it
     assert nb.cells[0].source.startswith("import math\nfrom utils.plotting")  # the submission is untouched
+
+
+def test_the_visible_verdict_and_the_grade_agree_on_every_honest_sample(graded):
+    """Issue 16 §3: for every sample that is not an attack on the grader (correct answers, the
+    untouched release, realistic mistakes, of all sixteen chapters, and every other chapter's
+    release as a submission of stubs), and every graded cell, what the learner's kernel showed and
+    what the grade says agree: no test cell the kernel passed fails the re-check, and none the
+    kernel failed passes it."""
+    tmp, _, _ = graded
+    from grader.restore import grade_id
+
+    honest = [s for s in bank.SAMPLES if not any(w in s for w in ("hostile", "tamper", "bad_", "forbidden"))]
+    honest += [p.name for p in (tmp / "work" / "submitted").iterdir() if p.name.startswith("release_")]
+    disagree = []
+    for student in honest:
+        for path in (tmp / "work" / "submitted" / student).glob("*/*.ipynb"):
+            nb = json.loads(path.read_text())
+            for cell in nb["cells"]:
+                gid = grade_id(cell)
+                outs = cell.get("outputs", [])
+                text = json.dumps(outs)
+                kernel_failed = any(o.get("output_type") == "error" and o.get("ename") != "VerificationError" for o in outs)
+                grade_failed = any(o.get("output_type") == "error" and o.get("ename") == "VerificationError" for o in outs)
+                if grade_failed and not kernel_failed:
+                    disagree.append(f"{student} {gid}: ✅ in the notebook, 0 in the grade: {text[:300]}")
+                if "in the notebook this cell did not pass" in text and not any(
+                        w in text for w in ("TimeoutError", "NotExecuted", "DeadKernelError")):  # no verdict shown
+                    disagree.append(f"{student} {gid}: failed in the notebook, full marks in the grade: {text[:300]}")
+    assert len(honest) >= 40
+    assert not disagree, "\n".join(disagree)

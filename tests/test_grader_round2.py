@@ -198,3 +198,111 @@ def test_links_anywhere_on_the_path_are_refused(tmp_path):
     # a link in the middle of a path is refused by the reader itself, not only by find_jobs
     data, why = load_submission(subs / "linked_folder" / bank.A / f"{bank.A}.ipynb", root=subs)
     assert data is None and "symbolic link" in why
+
+
+# ------------------------------------------- issue 16 §3: the visible check and the grade agree
+_SOLUTIONS: dict = {}
+
+
+def _solution(a):
+    if a not in _SOLUTIONS:
+        _SOLUTIONS[a] = course.load_json(course.source_path(a))
+    return _SOLUTIONS[a]
+
+
+def _quizzes():
+    from grader.restore import grade_id, is_answer, source
+
+    for a in course.assignments():
+        sol = _solution(a)
+        for cell in sol["cells"]:
+            gid = grade_id(cell)
+            if gid and gid.startswith("quiz_") and is_answer(cell):
+                yield a, gid, sol
+
+
+def _visible_in_a_kernel_like_namespace(sol, gid, answer_src):
+    """What the learner sees: the answer cell run, then the visible part of its test cell run
+    (hidden tests stripped), in one namespace with the modules the notebook imports."""
+    import io
+    from contextlib import redirect_stdout
+
+    from grader.restore import grade_id, source
+
+    import ast
+
+    ns = {}
+    for cell in sol["cells"]:  # the imports of the cells before the answer, as the kernel ran them
+        if grade_id(cell) == gid:
+            break
+        if cell["cell_type"] == "code":
+            try:
+                tree = ast.parse("\n".join(l for l in source(cell).splitlines() if not l.lstrip().startswith("%")))
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and "plotting" not in ast.unparse(node) \
+                        and "matplotlib" not in ast.unparse(node):
+                    try:
+                        exec(ast.unparse(node), ns)
+                    except Exception:  # noqa: BLE001
+                        pass
+    test = next(source(c) for c in sol["cells"] if grade_id(c) == f"test_{gid}")
+    try:
+        exec(answer_src, ns)
+        with redirect_stdout(io.StringIO()):
+            exec(test.split("### BEGIN HIDDEN TESTS")[0], ns)
+        return True
+    except Exception:  # noqa: BLE001 - the check raised (or the answer cell did)
+        return False
+
+
+def _forms(value, decimals):
+    """(answer cell source, expected verdict) in several forms, right and wrong."""
+    if isinstance(value, str):
+        letter = value.strip().lower()
+        other = next(c for c in "abcd" if c != letter)
+        return [(f'answer = "{letter}"', True), (f'answer = " {letter.upper()} "', True),
+                (f'answer = None  # "a", "b", "c" or "d"\nanswer = "{letter}\\n"', True),
+                (f'answer = "{letter}".upper()', True),
+                (f'answer = "{other}"', False), ('answer = "zzz"', False), ("answer = None", False),
+                (f"answer = {letter!r}\nanswer = 3", False)]
+    v = float(value)
+    d = 2 if decimals is None else decimals
+    step = 10.0 ** -d
+    return [(f"answer = {value!r}", True), (f"answer = ({v!r} * 4) / 4", True),
+            ("import math\n" + (f"answer = math.exp(math.log({v!r}))" if v > 0 else
+                                 f"answer = -math.exp(math.log({-v!r}))" if v < 0 else "answer = math.sin(0)"), True),
+            (f"from math import sqrt\nanswer = sqrt({v!r}) ** 2" if v >= 0 else f"answer = -abs({v!r})", True),
+            (f"answer = {v + 3 * step!r}", False), (f'answer = "{value}"', False), ("answer = None", False),
+            ("answer = True", False), ("answer = float('nan')", False)]
+
+
+@pytest.mark.parametrize("assignment,gid", [(a, g) for a, g, _ in _quizzes()])
+def test_every_quiz_grades_what_its_visible_check_shows(assignment, gid):
+    """For every self-check question of the sixteen chapters: the right answer written as a
+    literal, as an expression (math calls, arithmetic), in another case or with whitespace, and
+    wrong answers; the grade (verify.check_quizzes) agrees with the visible check run as the
+    kernel runs it."""
+    import re
+
+    from grader import verify
+    from grader.answers import visible_check
+    from grader.restore import grade_id, source
+
+    sol = _solution(assignment)
+    name = verify._answer_name(sol, gid)
+    key, why = verify.quiz_answer(sol, gid, name)
+    assert why is None, why
+    test = next(source(c) for c in sol["cells"] if grade_id(c) == f"test_{gid}")
+    check = visible_check(test)
+    decimals = check[2].get("decimals", 2) if check and check[0].__name__ == "check_number" else None
+    disagree = []
+    for form, expected in _forms(key, decimals):
+        src = re.sub(r"\banswer\b", name, form)
+        nb = dict(sol, cells=[dict(c, source=src) if grade_id(c) == gid else c for c in sol["cells"]])
+        grade = verify.check_quizzes(nb, sol)[gid].ok
+        seen = _visible_in_a_kernel_like_namespace(sol, gid, src)
+        if grade != seen or (check is not None and seen != expected):
+            disagree.append(f"{src!r}: visible {seen}, grade {grade}, expected {expected}")
+    assert not disagree, f"{assignment} {gid}:\n" + "\n".join(disagree)
