@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import reference as ref
-from ._core import Budget, Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._core import Budget, Case, CheckFailure, Exercise, Mutant, Variant, generator, randn, rng
 from ._registry import register
 
 __all__ = ["check_elu_feature_map", "check_linear_attention", "check_causal_linear_attention"]
@@ -29,6 +29,12 @@ def _phi_cases(seed: int) -> list:
     add("zeros (φ(0) = 1)", torch.zeros(3, 4))
     add("large-magnitude inputs (|x| ~ 30)", randn(4, 8, gen=g, scale=30.0))
     add("float64 input", randn(2, 5, gen=g, dtype=F64))
+    # exp(x) overflows to inf above x ≈ 88.7 in float32 (709.8 in float64): a φ that computes exp(x)
+    # on every x and then selects (exp(x) · (x ≤ 0) + ...) gets inf · 0 = NaN there
+    add("|x| beyond float32's exp range (x = ±100, ±1000)",
+        torch.tensor([[-1000.0, -100.0, -89.0, 0.5, 89.0, 100.0, 1000.0]]))
+    add("float64, |x| beyond float64's exp range (x = ±800)",
+        torch.tensor([-800.0, -1.0, 1.0, 710.0, 800.0], dtype=F64))
     for i in range(4):  # random shapes
         shape = tuple(r.randint(1, 6) for _ in range(r.randint(1, 4)))
         add(f"random case {i + 1}", randn(*shape, gen=g, scale=r.choice([1.0, 3.0])))
@@ -41,6 +47,26 @@ RELU_PLUS_ONE = ("relu(x) + 1 was used: it equals elu(x) + 1 for x > 0 only; for
                  "which falls smoothly towards 0 (relu(x) + 1 stays at 1).")
 NO_ELU = "the elu is missing: x + 1 is negative for x < −1; φ(x) = elu(x) + 1 = exp(x) for x ≤ 0."
 
+EXP_EVERYWHERE = ("exp(x) was computed for every x and the branches combined by multiplying with masks "
+                  "(exp(x) · (x ≤ 0) + (x + 1) · (x > 0)): exp(x) overflows to inf for x > 88 in float32 "
+                  "(709 in float64), and inf · 0 is NaN; select with torch.where instead, and compute exp only where x ≤ 0 (exp(x.clamp(max=0))), or use F.elu.")
+OTHER_DTYPE = "the output's dtype differs from x's: the prompt says same dtype as x (a float64 x gives a float64 φ(x))."
+
+
+def same_dtype_as_x(fn, case: Case):
+    """Call ``fn`` on the case and hold the prompt's "same dtype as x" (the comparison itself ignores
+    floating dtypes, since a float64 result within float32 tolerance would otherwise pass)."""
+    out = fn(*case.args, **case.kwargs)
+    x = case.args[0]
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != x.dtype:
+        raise CheckFailure(f"output has dtype {out.dtype} where x is {x.dtype}: {OTHER_DTYPE}")
+    return out
+
+
+def _phi_exp_everywhere(x):
+    return torch.exp(x) * (x <= 0) + (x + 1) * (x > 0)
+
+
 PHI_MUTANTS = [
     Mutant("relu", RELU, lambda x: F.relu(x)),
     Mutant("elu_without_plus_one", ELU_NO_PLUS_ONE, lambda x: F.elu(x)),
@@ -50,6 +76,9 @@ PHI_MUTANTS = [
            lambda x: torch.exp(x)),
     Mutant("relu_plus_one", RELU_PLUS_ONE, lambda x: F.relu(x) + 1),
     Mutant("x_plus_one", NO_ELU, lambda x: x + 1),
+    Mutant("exp_everywhere_then_select", EXP_EVERYWHERE, _phi_exp_everywhere),
+    Mutant("float32_output", OTHER_DTYPE, lambda x: F.elu(x.float()) + 1),
+    Mutant("float64_output", OTHER_DTYPE, lambda x: F.elu(x.double()) + 1),
 ]
 
 
@@ -71,7 +100,8 @@ PHI_EXERCISE = Exercise(
     make_cases=_phi_cases,
     mutants=PHI_MUTANTS,
     variants=[Variant("where_exp", _v_phi_where), Variant("clamps", _v_phi_clamps),
-              Variant("float64_inside", _v_phi_float64)],
+              Variant("float64_inside", _v_phi_float64, demo=True)],
+    run=same_dtype_as_x,
     contract="""The feature map of linear attention: φ(x) = elu(x) + 1, elementwise.
 
     x: a tensor of any shape.  Returns φ(x), same shape and dtype as x:
@@ -237,7 +267,8 @@ LINEAR_EXERCISE = Exercise(
     reference=ref.linear_attention,
     make_cases=lambda seed: _attention_cases(seed, causal=False),
     mutants=LINEAR_MUTANTS,
-    variants=[Variant("einsum", _v_linear_einsum), Variant("float64_ones_column", _v_linear_float64_ones_column)],
+    variants=[Variant("einsum", _v_linear_einsum),
+              Variant("float64_ones_column", _v_linear_float64_ones_column, demo=True)],
     contract="""Non-causal linear attention with the feature map φ(x) = elu(x) + 1:
 
         out_i = φ(q_i) (Σ_j φ(k_j) v_jᵀ) / (φ(q_i) · Σ_j φ(k_j) + eps)
@@ -253,6 +284,44 @@ check_linear_attention = register(LINEAR_EXERCISE)
 
 
 # ---------------------------------------------------------------- causal_linear_attention
+def _causal_rnn_inplace(q, k, v, eps=1e-6):
+    """The RNN loop with an in-place state update: every output holds a view of the same state tensor."""
+    pq, pk = F.elu(q) + 1, F.elu(k) + 1
+    state = q.new_zeros(*q.shape[:-2], q.size(-1), v.size(-1))
+    z = q.new_zeros(*q.shape[:-2], q.size(-1))
+    states, zs = [], []
+    for i in range(q.size(-2)):
+        state += pk[..., i, :, None] * v[..., i, None, :]  # in place: the stored "S_i" all alias one tensor
+        z += pk[..., i, :]
+        states.append(state)
+        zs.append(z)
+    st, zz = torch.stack(states, dim=-3), torch.stack(zs, dim=-2)  # every S_i is now S_S
+    num = (pq.unsqueeze(-2) @ st).squeeze(-2)
+    return num / ((pq * zz).sum(-1, keepdim=True) + eps)
+
+
+def _causal_rnn_inplace_per_step(q, k, v, eps=1e-6):
+    """The RNN loop, right forward values, but the state is updated in place after matmul saved it."""
+    pq, pk = F.elu(q) + 1, F.elu(k) + 1
+    state = q.new_zeros(*q.shape[:-2], q.size(-1), v.size(-1))
+    z = q.new_zeros(*q.shape[:-2], q.size(-1))
+    outs = []
+    for i in range(q.size(-2)):
+        state += pk[..., i, :, None] * v[..., i, None, :]
+        z += pk[..., i, :]
+        num = (pq[..., i, None, :] @ state).squeeze(-2)
+        outs.append(num / ((pq[..., i, :] * z).sum(-1, keepdim=True) + eps))
+    return torch.stack(outs, dim=-2)
+
+
+INPLACE_GRAD = ("the forward values are right, but the gradients fail: the state is updated in place (state += ..., "
+                "z += ...) after a matmul of the previous step saved it for the backward pass; write "
+                "state = state + φ(k_i)ᵀv_i and z = z + φ(k_i) (new tensors each step).")
+
+INPLACE_STATE = ("every position used the final state S_S, z_S (the sum over all keys): the state was updated in place "
+                 "(state += ...) and the list kept references to that one tensor, so every stored S_i changed with it; "
+                 "write state = state + φ(k_i)ᵀv_i (a new tensor each step), or read the output off before the next update.")
+
 CAUSAL_MUTANTS = [
     Mutant("includes_future", "every position used all keys, the future included: position i may use only keys j ≤ i (prefix sums, or one RNN step per token).",
            lambda q, k, v, eps=1e-6: _linear(q, k, v, eps)),
@@ -270,6 +339,8 @@ CAUSAL_MUTANTS = [
     Mutant("scaled_by_sqrt_d", "q was divided by sqrt(D) as in softmax attention: linear attention applies φ to q and k as they are.",
            lambda q, k, v, eps=1e-6: _causal(q / math.sqrt(q.size(-1)), k, v, eps)),
     Mutant("quadratic_scores", QUADRATIC, lambda q, k, v, eps=1e-6: _quadratic(q, k, v, eps, causal=True)),
+    Mutant("in_place_state_update", INPLACE_STATE, _causal_rnn_inplace),
+    Mutant("in_place_state_update_breaks_gradients", INPLACE_GRAD, _causal_rnn_inplace_per_step),
 ]
 
 
@@ -317,7 +388,7 @@ CAUSAL_EXERCISE = Exercise(
     reference=ref.causal_linear_attention,
     make_cases=lambda seed: _attention_cases(seed, causal=True),
     mutants=CAUSAL_MUTANTS,
-    variants=[Variant("rnn_loop", _v_causal_rnn), Variant("einsum_float64", _v_causal_einsum_float64),
+    variants=[Variant("rnn_loop", _v_causal_rnn, demo=True), Variant("einsum_float64", _v_causal_einsum_float64),
               Variant("chunked", _v_causal_chunked)],
     contract="""Causal linear attention with φ(x) = elu(x) + 1: position i uses only the keys j ≤ i.
 

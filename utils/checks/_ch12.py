@@ -2,6 +2,7 @@
 import torch
 
 from .. import reference as ref
+from ._ch11 import same_dtype_as_x
 from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._registry import register
 
@@ -114,7 +115,7 @@ ANGLE_EXERCISE = Exercise(
     reference=ref.rope_angles,
     make_cases=_angle_cases,
     mutants=ANGLE_MUTANTS,
-    variants=[Variant("float32_outer", _v_angles_float32), Variant("python_loops_float64", _v_angles_loops),
+    variants=[Variant("float32_outer", _v_angles_float32), Variant("python_loops_float64", _v_angles_loops, demo=True),
               Variant("exp_log", _v_angles_exp_log)],
     # float32 angles m·θ up to ~40 rad carry ~4e-6 of round-off: the default tolerance covers it
     contract="""RoPE rotation angles: angle[m, i] = m · θ_i with θ_i = base^(−2i/dim).
@@ -159,6 +160,7 @@ def _rope_cases(seed: int) -> list:
     add("one pair (D = 2)", (2, 4, 2))
     add("a single position (S = 1)", (2, 1, 6))
     add("large-magnitude inputs (|x| ~ 100)", (2, 5, 8), scale=100.0)
+    add("float64 input (the output keeps x's dtype)", (2, 3, 6), positions=torch.tensor([0, 9, 40]), dtype=F64)
     for i in range(4):  # random shapes; positions ≤ 100 keep float32 angle round-off small
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         s, d = r.randint(1, 12), 2 * r.randint(1, 8)
@@ -206,6 +208,18 @@ def _rope_rotate_half_sign(x, positions=None, base=10000.0):
     return _rope(x, positions, base, sign=-1.0)
 
 
+OTHER_DTYPE_ROPE = ("the output's dtype differs from x's: the prompt says same dtype as x (cos and sin computed in "
+                    "float32 or float64 are cast to x.dtype, or the result is)")
+
+
+def _rope_float32_out(x, positions=None, base=10000.0):
+    return _rope(x.float(), positions, base)
+
+
+def _rope_float64_out(x, positions=None, base=10000.0):
+    return _rope(x.double(), positions, base)
+
+
 HALF_SPLIT = ("the pairs were split in halves (x[i], x[i + D/2]) as in GPT-NeoX / Hugging Face rotate_half; "
               "this exercise rotates interleaved pairs (x[2i], x[2i+1]).")
 WRONG_DIRECTION = "the rotation goes the wrong way: rotate (a, b) by +angle to (a cos − b sin, a sin + b cos)."
@@ -223,6 +237,8 @@ ROPE_MUTANTS = [
     Mutant("ignores_base", IGNORES_BASE, lambda x, positions=None, base=10000.0: _rope(x, positions, 10000.0)),
     Mutant("mixed_conventions", "interleaved pairs were combined with the half-split angle table cat(θ, θ) (Hugging Face's): "
            "both features of pair i, x[2i] and x[2i+1], are rotated by the same angle[pos, i].", _rope_mixed_conventions),
+    Mutant("float32_output", OTHER_DTYPE_ROPE, _rope_float32_out),
+    Mutant("float64_output", OTHER_DTYPE_ROPE, _rope_float64_out),
     Mutant("seq_len_from_dim_1", "the sequence length was read from x.size(1): with x (..., S, D) it is x.size(-2) "
            "(for (S, D) or (B, H, S, D) inputs size(1) is D or H).",
            lambda x, positions=None, base=10000.0: _rope(x, positions, base, seq_dim=1 if x.dim() > 1 else -2)),
@@ -279,8 +295,10 @@ ROPE_EXERCISE = Exercise(
     reference=ref.apply_rope,
     make_cases=_rope_cases,
     mutants=ROPE_MUTANTS,
-    variants=[Variant("float32_slices_assert", _v_rope_float32_slices), Variant("complex_float64", _v_rope_complex),
+    variants=[Variant("float32_slices_assert", _v_rope_float32_slices),
+              Variant("complex_float64", _v_rope_complex, demo=True),
               Variant("rotation_matrices_einsum", _v_rope_rotation_matrices)],
+    run=same_dtype_as_x,
     tips=(_odd_d_tip,),
     # the reference rotates by angles computed in float64; a float32 angle m·θ carries up to
     # ~6e-8·m rad of round-off, so float32 solutions (inv_freq + outer product, complex polar)

@@ -75,6 +75,12 @@ def _online_softmax_cases(seed: int) -> list:
     add("N = 1", (4, 1), 1)
     add("N = 1, block_size > N", (2, 1), 4)
     add("float64 input", None, 3, x=randn(2, 8, gen=g, dtype=torch.float64))
+    # every score far below 0 (softmax 0.24 / 0.09 / 0.64 / 0.03 in row 0): a running max that starts
+    # at 0 instead of -inf stays 0, and exp(x - 0) underflows to 0 in every column
+    add("rows whose scores are all far below 0 (around -200)", None, 2,
+        x=torch.tensor([[-200.0, -201.0, -199.0, -202.0], [-150.0, -151.5, -149.0, -150.2]]))
+    add("all far below 0, several blocks, float64 (around -800)", None, 3,
+        x=-800.0 + randn(2, 7, gen=g, dtype=torch.float64))
     for i in range(4):  # random shapes, odd sizes included
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         n = r.randint(2, 17)
@@ -84,11 +90,11 @@ def _online_softmax_cases(seed: int) -> list:
 
 
 def _online_variant(x, block_size, *, rescale=True, running_max=True, floor_blocks=False,
-                    subtract_max=True, inverted=False, safe=True, zero_rows=False):
+                    subtract_max=True, inverted=False, safe=True, zero_rows=False, m0=NEG_INF):
     n = x.size(-1)
     sf = _safe if safe else (lambda t: t)
     n_blocks = n // block_size if floor_blocks else math.ceil(n / block_size)
-    m = torch.full(x.shape[:-1], NEG_INF, dtype=x.dtype)
+    m = torch.full(x.shape[:-1], m0, dtype=x.dtype)
     l = torch.zeros(x.shape[:-1], dtype=x.dtype)
     for b in range(n_blocks):
         block = x[..., b * block_size:(b + 1) * block_size]
@@ -115,6 +121,10 @@ def _os_last_block_max(x, block_size):
 
 def _os_drops_tail(x, block_size):
     return _online_variant(x, block_size, floor_blocks=True, zero_rows=True)
+
+
+def _os_max_starts_at_zero(x, block_size):
+    return _online_variant(x, block_size, zero_rows=True, m0=0.0)
 
 
 def _os_no_max(x, block_size):
@@ -151,6 +161,10 @@ NAN_LEADING = ("a row whose first block is all -inf gave NaN: while the running 
 NAN_EMPTY_ROW = ("a row that is all -inf gave NaN (0 / 0): the exercise defines it as all zeros; "
                  "return zeros where the running sum l is 0 (torch.where).")
 
+MAX_FROM_ZERO = ("the running max started at 0 instead of -inf: for a row whose scores are all far below 0 "
+                 "(around -200) m stays 0, every exp(x - m) underflows to 0 and the row comes out as zeros (or NaN); "
+                 "start from m = -inf, so that m is the largest score actually seen.")
+
 ONLINE_SOFTMAX_MUTANTS = [
     Mutant("no_rescale_of_running_sum",
            "the running sum l was not rescaled when the max grew: multiply the old l by exp(m_old - m_new) before adding the new block's exp(x - m_new).",
@@ -171,6 +185,7 @@ ONLINE_SOFTMAX_MUTANTS = [
            "each block was normalised on its own: the softmax must be over the whole row, so combine the blocks' maxima and sums before dividing.",
            _os_softmax_per_block),
     Mutant("nan_on_leading_minus_inf_block", NAN_LEADING, _os_nan_leading_block),
+    Mutant("running_max_starts_at_zero", MAX_FROM_ZERO, _os_max_starts_at_zero),
     Mutant("nan_on_all_minus_inf_row", NAN_EMPTY_ROW, _os_nan_empty_row),
 ]
 
@@ -215,7 +230,7 @@ ONLINE_SOFTMAX_EXERCISE = Exercise(
     forbidden=(SOFTMAX, LOGSUMEXP),
     mutants=ONLINE_SOFTMAX_MUTANTS,
     variants=[Variant("split_and_where", _v_os_split_where),
-              Variant("float64_exp2_loops", _v_os_float64_exp2_loops)],
+              Variant("float64_exp2_loops", _v_os_float64_exp2_loops, demo=True)],
     contract="""Softmax over the last dim, reading the columns one block of block_size at a time.
 
     x: (..., N)   block_size: int ≥ 1 (the last block may be shorter)
@@ -231,10 +246,12 @@ check_online_softmax = register(ONLINE_SOFTMAX_EXERCISE)
 
 
 # ---------------------------------------------------------------- flash_attention
-MEM_S, MEM_D, MEM_BLOCK = 1024, 8, 256
+MEM_S, MEM_D, MEM_BLOCK = 1024, 8, 64
+MEM_NUMEL = 4 * MEM_BLOCK * MEM_BLOCK  # 16,384: a tile is 4,096, a strip (64, 1024) 65,536, the full scores 1,048,576
 WORK_S, WORK_D, WORK_BLOCK = 256, 8, 64
-FULL_SCORES = ("flash attention never builds the full S_q × S_k score matrix: it computes the scores one "
-               "(query block, key block) tile at a time and holds at most a tile")
+FULL_SCORES = ("flash attention holds one (block_size × block_size) tile of scores at a time: no strip of a query "
+               "block against all keys (no plain softmax over a whole row), no full S_q × S_k score matrix, and no "
+               "full S_q × S_k causal mask (build each tile's mask from torch.arange of its rows and columns)")
 NO_SKIP = ("with causal=True the key blocks that lie entirely above the causal diagonal were still "
            "computed: stop the key loop at the last key the block's last query may see (i + S_k - S_q).")
 
@@ -318,6 +335,15 @@ def _flash_cases(seed: int) -> list:
                       "q (2, 8, 4), k (2, 8, 4), v (2, 8, 3), block_size=4, causal=True",
                       (q, k, v), {"block_size": 4, "causal": True}))
     add("causal, S_q > S_k: queries that see no key (zero output, lse = -inf)", (2, 2), 9, 5, 4, 4, 2, causal=True)
+    # every score around -200: a running max that starts at 0 instead of -inf underflows every exp
+    u = torch.nn.functional.normalize(randn(4, gen=g), dim=0)
+    q = 20.0 * u + 0.1 * randn(2, 9, 4, gen=g)
+    k = -20.0 * u + 0.1 * randn(2, 9, 4, gen=g)
+    v = randn(2, 9, 3, gen=g)
+    cases.append(Case("every score far below 0 (around -200): q (2, 9, 4), k (2, 9, 4), v (2, 9, 3), block_size=4, "
+                      "causal=False", (q, k, v), {"block_size": 4}))
+    cases.append(Case("every score far below 0 (around -200), causal: q (2, 9, 4), k (2, 9, 4), v (2, 9, 3), "
+                      "block_size=4, causal=True", (q, k, v), {"block_size": 4, "causal": True}))
     add("S = 1", (3,), 1, 1, 4, 4, 2)
     for i in range(4):  # random shapes, odd sizes included
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
@@ -326,10 +352,12 @@ def _flash_cases(seed: int) -> list:
             r.choice([1, 2, 3, 4, 5, 8]), causal=bool(i % 2))
     gm = generator(1024)
     q, k, v = (randn(MEM_S, MEM_D, gen=gm) for _ in range(3))
-    cases.append(Case(f"memory budget: q, k, v ({MEM_S}, {MEM_D}), block_size={MEM_BLOCK}, causal=False "
-                      f"(no tensor above S²/4 = {MEM_S * MEM_S // 4:,} elements)", (q, k, v),
-                      {"block_size": MEM_BLOCK}, tol=(1e-5, 1e-3),
-                      budget=Budget(numel=MEM_S * MEM_S // 4, seconds=3.0, why=FULL_SCORES)))
+    for causal in (False, True):
+        kwargs = {"block_size": MEM_BLOCK} | ({"causal": True} if causal else {})
+        cases.append(Case(f"memory budget: q, k, v ({MEM_S}, {MEM_D}), block_size={MEM_BLOCK}, causal={causal} "
+                          f"(no tensor above 4 · block_size² = {MEM_NUMEL:,} elements; a strip of {MEM_BLOCK} "
+                          f"queries against all keys has {MEM_BLOCK * MEM_S:,})", (q, k, v), kwargs, tol=(1e-5, 1e-3),
+                          budget=Budget(numel=MEM_NUMEL, seconds=3.0, why=FULL_SCORES)))
     gw = generator(512)
     q, k, v = (randn(WORK_S, WORK_D, gen=gw) for _ in range(3))
     cases.append(Case(f"block skipping: q, k, v ({WORK_S}, {WORK_D}), block_size={WORK_BLOCK}, the work of "
@@ -339,7 +367,7 @@ def _flash_cases(seed: int) -> list:
 
 def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, rescale_l=True, divide_by_l=True,
                    lse_adds_max=True, top_left=False, floor_key_blocks=False, skip_off_by_one=False,
-                   mask_inside=True, skip_blocks=True, scale=None, safe=True, max_before_mask=False):
+                   mask_inside=True, skip_blocks=True, scale=None, safe=True, max_before_mask=False, m0=NEG_INF):
     """A tiled attention with one switch per known mistake (all off = correct)."""
     s_q, s_k = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -351,7 +379,7 @@ def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, re
         q_blk = q[..., q_start:q_start + block_size, :]
         br = q_blk.size(-2)
         rows = torch.arange(q_start, q_start + br)
-        m = torch.full(q_blk.shape[:-1], NEG_INF)
+        m = torch.full(q_blk.shape[:-1], m0)
         l = torch.zeros(q_blk.shape[:-1])
         acc = torch.zeros(*q_blk.shape[:-1], v.size(-1))
         for b in range(n_key_blocks):
@@ -405,6 +433,52 @@ def _fa_full_scores(q, k, v, block_size=64, causal=False):
     return out, lse
 
 
+def _fa_query_strips(q, k, v, block_size=64, causal=False):
+    """Query blocks against all visible keys at once, a plain (hand-written) softmax: no online softmax."""
+    s_q, s_k = q.size(-2), k.size(-2)
+    outs, lses = [], []
+    for i in range(0, s_q, block_size):
+        q_blk = q[..., i:i + block_size, :]
+        br = q_blk.size(-2)
+        end = max(min(s_k, i + br + s_k - s_q), 0) if causal else s_k
+        s = q_blk @ k[..., :end, :].transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., b, visible keys): a strip
+        if causal:
+            hidden = torch.arange(end)[None, :] > torch.arange(i, i + br)[:, None] + s_k - s_q
+            s = s.masked_fill(hidden, NEG_INF)
+        m = _safe(s.amax(-1, keepdim=True)) if end else torch.zeros(*s.shape[:-1], 1)
+        e = torch.exp(s - m)
+        l = e.sum(-1, keepdim=True)
+        seen = l > 0
+        outs.append(torch.where(seen, e @ v[..., :end, :] / torch.where(seen, l, 1.0), torch.zeros(())))
+        lses.append(torch.where(seen, m + torch.log(l), torch.full_like(l, NEG_INF)).squeeze(-1))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+
+
+def _fa_full_mask_once(q, k, v, block_size=64, causal=False):
+    """Tiles and an online softmax, but the causal mask built once for all (S_q, S_k) and sliced per tile."""
+    s_q, s_k = q.size(-2), k.size(-2)
+    visible = torch.ones(s_q, s_k, dtype=torch.bool).tril(s_k - s_q)  # (S_q, S_k): the full mask
+    outs, lses = [], []
+    for i in range(0, s_q, block_size):
+        q_blk = q[..., i:i + block_size, :]
+        m = torch.full(q_blk.shape[:-1], NEG_INF)
+        l = torch.zeros(q_blk.shape[:-1])
+        acc = torch.zeros(*q_blk.shape[:-1], v.size(-1))
+        for j in range(0, s_k, block_size):
+            s = q_blk @ k[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(q.size(-1))
+            if causal:
+                s = s.masked_fill(~visible[i:i + block_size, j:j + block_size], NEG_INF)
+            m_new = torch.maximum(m, s.amax(-1))
+            alpha, p = torch.exp(m - _safe(m_new)), torch.exp(s - _safe(m_new)[..., None])
+            l = alpha * l + p.sum(-1)
+            acc = alpha[..., None] * acc + p @ v[..., j:j + block_size, :]
+            m = m_new
+        seen = l > 0
+        outs.append(torch.where(seen[..., None], acc / torch.where(seen, l, 1.0)[..., None], torch.zeros(())))
+        lses.append(torch.where(seen, m + torch.log(l), torch.full_like(m, NEG_INF)))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+
+
 def _fa_scale_by_d(q, k, v, block_size=64, causal=False):
     return _flash_variant(q, k, v, block_size, causal, scale=1.0 / q.size(-1))
 
@@ -450,6 +524,12 @@ FLASH_MUTANTS = [
     Mutant("scale_by_d", "the scores were divided by D instead of sqrt(D).", _fa_scale_by_d),
     Mutant("causal_without_block_skipping", NO_SKIP, _switch(skip_blocks=False)),
     Mutant("quadratic_full_scores", FULL_SCORES, _fa_full_scores),
+    Mutant("query_strips_plain_softmax", FULL_SCORES, _fa_query_strips),
+    Mutant("full_causal_mask_built_once", FULL_SCORES, _fa_full_mask_once),
+    Mutant("running_max_starts_at_zero",
+           "the running max m started at 0 instead of -inf: when every score of a query is far below 0 (around -200), "
+           "m stays 0, every exp(s - m) underflows to 0 and the output is zeros (or NaN); start from m = -inf.",
+           _switch(m0=0.0)),
 ]
 
 
@@ -570,7 +650,7 @@ FLASH_EXERCISE = Exercise(
     mutants=FLASH_MUTANTS,
     variants=[Variant("exp2_inplace_preallocated", _v_flash_exp2_inplace),
               Variant("float64_einsum", _v_flash_float64_einsum),
-              Variant("key_blocks_outer_fa1_order", _v_flash_key_blocks_outer)],
+              Variant("key_blocks_outer_fa1_order", _v_flash_key_blocks_outer, demo=True)],
     output_names=("out", "lse"),
     rescale=_flash_rescale,
     scale_names=_flash_scale_names,
@@ -586,7 +666,9 @@ FLASH_EXERCISE = Exercise(
     blocks that no query of the block can see are skipped: the check counts the matmul and exp
     work at S = 256, block_size = 64 (causal=True must do at most 80% of causal=False's work).
     A query that sees no key (S_q > S_k with causal) gets a zero output and lse = -inf.
-    Memory budget: at S = 1024, block_size = 256, no tensor may exceed S²/4 elements.
+    Only one tile of scores may exist at a time. Memory budget, causal or not: at S = 1024,
+    block_size = 64, no tensor may exceed 4 · block_size² = 16,384 elements (a tile has 4,096;
+    a strip of one query block against all keys 65,536; the full scores or mask 1,048,576).
     From scratch: torch.softmax and F.scaled_dot_product_attention are not allowed.
     """,
 )

@@ -1,0 +1,165 @@
+"""Chapters 11-13: the rules their prompts state (issue 16 §1, §5), with the verdict and message
+each answer must get.
+
+- elu_feature_map and apply_rope: "same dtype as x" is held (the comparison alone ignores floating
+  dtypes); elu_feature_map has |x| beyond float32's and float64's exp range;
+- causal_linear_attention: an in-place state update in the RNN loop is named;
+- online_softmax and flash_attention: rows whose scores are all far below 0 (a running max that
+  starts at 0 fails there);
+- flash_attention: only one tile of scores may exist, causal and non-causal: a query block
+  against all keys (a strip) and a full causal mask fail; a tile (and the FA1 loop order) passes.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from utils._guard import unguarded
+from utils.checks import EXERCISES, CheckFailure
+from utils.checks._ch11 import EXP_EVERYWHERE, INPLACE_GRAD, OTHER_DTYPE
+from utils.checks._ch13 import FULL_SCORES, MAX_FROM_ZERO, MEM_BLOCK, MEM_NUMEL, MEM_S
+from utils.checks._core import run_check
+
+
+def _verdict(name, impl):
+    try:
+        run_check(EXERCISES[name], impl, quiet=True)
+    except CheckFailure as err:
+        return str(err)
+    return None
+
+
+# ---------------------------------------------------------------- 11: elu_feature_map
+def test_elu_exp_everywhere_is_rejected_and_named():
+    msg = _verdict("elu_feature_map", lambda x: torch.exp(x) * (x <= 0) + (x + 1) * (x > 0))
+    assert msg and "exp range" in msg and EXP_EVERYWHERE in msg
+
+
+@pytest.mark.parametrize("cast", [torch.float64, torch.float32])
+def test_elu_other_dtype_is_rejected(cast):
+    msg = _verdict("elu_feature_map", lambda x: (F.elu(x) + 1).to(cast))
+    assert msg and OTHER_DTYPE in msg
+
+
+def test_elu_where_with_clamp_passes():
+    assert _verdict("elu_feature_map", lambda x: torch.where(x > 0, x + 1, torch.exp(x.clamp(max=0)))) is None
+
+
+# ---------------------------------------------------------------- 12: apply_rope
+@pytest.mark.parametrize("cast", [torch.float64, torch.float32])
+def test_rope_other_dtype_is_rejected(cast):
+    ref = unguarded(EXERCISES["apply_rope"].reference)
+    msg = _verdict("apply_rope", lambda x, positions=None, base=10000.0: ref(x, positions, base).to(cast))
+    assert msg and "same dtype as x" in msg
+
+
+# ---------------------------------------------------------------- 11: causal_linear_attention
+def _rnn_in_place(q, k, v, eps=1e-6):
+    fq, fk = F.elu(q) + 1, F.elu(k) + 1
+    state = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
+    z = torch.zeros(*q.shape[:-2], q.shape[-1], dtype=q.dtype)
+    out = []
+    for i in range(q.shape[-2]):
+        state += torch.einsum("...d,...e->...de", fk[..., i, :], v[..., i, :])
+        z += fk[..., i, :]
+        out.append(torch.einsum("...d,...de->...e", fq[..., i, :], state) / ((fq[..., i, :] * z).sum(-1, keepdim=True) + eps))
+    return torch.stack(out, -2)
+
+
+def test_in_place_state_update_is_named():
+    msg = _verdict("causal_linear_attention", _rnn_in_place)
+    assert msg and "gradients (float64)" in msg and INPLACE_GRAD in msg
+
+
+# ---------------------------------------------------------------- 13: online_softmax, flash_attention
+def _online_softmax_from_zero(x, block_size):
+    m = torch.zeros(x.shape[:-1], dtype=x.dtype)  # the mistake: 0, not -inf
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for s in range(0, x.size(-1), block_size):
+        blk = x[..., s:s + block_size]
+        m_new = torch.maximum(m, blk.amax(-1))
+        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        l = l * torch.exp(m - shift) + torch.exp(blk - shift[..., None]).sum(-1)
+        m = m_new
+    out = torch.exp(x - m[..., None]) / torch.where(l > 0, l, torch.ones_like(l))[..., None]
+    return torch.where(l[..., None] > 0, out, torch.zeros_like(out))
+
+
+def test_online_softmax_max_from_zero_is_rejected_and_named():
+    x = torch.tensor([[-200.0, -201.0, -199.0, -202.0]])
+    expected = torch.softmax(x, -1)
+    assert torch.allclose(expected, torch.tensor([[0.2369, 0.0871, 0.6439, 0.0321]]), atol=1e-4)
+    assert _online_softmax_from_zero(x, 2).abs().max() == 0  # all zeros: the case the check now has
+    msg = _verdict("online_softmax", _online_softmax_from_zero)
+    assert msg and "far below 0" in msg and MAX_FROM_ZERO in msg
+
+
+def _strips(q, k, v, block_size=64, causal=False):
+    """A query block against all visible keys, a plain softmax written by hand."""
+    s_q, s_k = q.size(-2), k.size(-2)
+    outs, lses = [], []
+    for i in range(0, s_q, block_size):
+        qb = q[..., i:i + block_size, :]
+        s = qb @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., b, S_k): a strip
+        if causal:
+            hidden = torch.arange(s_k)[None, :] > torch.arange(i, i + qb.size(-2))[:, None] + s_k - s_q
+            s = s.masked_fill(hidden, float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        e = torch.exp(s - m)
+        l = e.sum(-1, keepdim=True)
+        ok = l > 0
+        outs.append(torch.where(ok, e @ v / torch.where(ok, l, 1.0), 0.0))
+        lses.append(torch.where(ok, m + torch.log(torch.where(ok, l, 1.0)), float("-inf")).squeeze(-1))
+    return torch.cat(outs, -2), torch.cat(lses, -1)
+
+
+def _full_mask_once(q, k, v, block_size=64, causal=False):
+    """The reference's tiles, with a full (S_q, S_k) causal mask built once and sliced."""
+    s_q, s_k = q.size(-2), k.size(-2)
+    full = torch.ones(s_q, s_k, dtype=torch.bool).tril(s_k - s_q) if causal else None
+    outs, lses = [], []
+    for i in range(0, s_q, block_size):
+        qb = q[..., i:i + block_size, :] / math.sqrt(q.size(-1))
+        m = torch.full(qb.shape[:-1], float("-inf"), dtype=q.dtype)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(*qb.shape[:-1], v.size(-1), dtype=q.dtype)
+        for j in range(0, s_k, block_size):
+            s = qb @ k[..., j:j + block_size, :].transpose(-2, -1)
+            if causal:
+                s = s.masked_fill(~full[i:i + block_size, j:j + block_size], float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1))
+            sh = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            a, p = torch.exp(m - sh), torch.exp(s - sh[..., None])
+            l, acc, m = a * l + p.sum(-1), a[..., None] * acc + p @ v[..., j:j + block_size, :], m_new
+        ok = l > 0
+        outs.append(torch.where(ok[..., None], acc / torch.where(ok, l, 1.0)[..., None], 0.0))
+        lses.append(torch.where(ok, m + torch.log(torch.where(ok, l, 1.0)), float("-inf")))
+    return torch.cat(outs, -2), torch.cat(lses, -1)
+
+
+def test_flash_budget_admits_a_tile_and_rejects_strips_and_full_masks():
+    assert MEM_BLOCK * MEM_BLOCK <= MEM_NUMEL // 4 and MEM_BLOCK * MEM_S >= 4 * MEM_NUMEL  # far apart
+    ex = EXERCISES["flash_attention"]
+    budgeted = [c for c in ex.make_cases(ex.default_seed) if c.budget is not None]
+    assert sorted(c.kwargs.get("causal", False) for c in budgeted) == [False, True]
+    assert all(c.budget.numel == MEM_NUMEL and c.kwargs["block_size"] == MEM_BLOCK for c in budgeted)
+    msg = _verdict("flash_attention", _strips)
+    assert msg and "over its budget" in msg and "65,536 elements" in msg and FULL_SCORES in msg
+    msg = _verdict("flash_attention", _full_mask_once)
+    assert msg and "causal=True" in msg and "(1024, 1024)" in msg and FULL_SCORES in msg
+    for v in ex.variants:  # every accepted loop order and precision fits the budget
+        assert _verdict("flash_attention", v.impl) is None, v.name
+
+
+def test_flash_max_from_zero_is_named():
+    m = next(m for m in EXERCISES["flash_attention"].mutants if m.name == "running_max_starts_at_zero")
+    msg = _verdict("flash_attention", m.impl)
+    assert msg and "far below 0" in msg and m.hint in msg
+
+
+def test_every_exercise_has_one_demo_variant():
+    for name in ("elu_feature_map", "linear_attention", "causal_linear_attention", "rope_angles", "apply_rope",
+                 "online_softmax", "flash_attention"):
+        assert sum(v.demo for v in EXERCISES[name].variants) == 1, name
