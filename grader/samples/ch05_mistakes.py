@@ -21,7 +21,7 @@ from ._chapter import Chapter, src
 
 ASSIGNMENT = "05_self_and_multi_head_attention"
 FULL = {"SelfAttention": 4, "MultiHeadAttention": 5, "split_heads": 2, "merge_heads": 2,
-        "quiz_1": 1, "quiz_2": 1, "quiz_3": 1}
+        "quiz_1": 1, "quiz_2": 1, "quiz_3": 1, "quiz_4": 1}
 
 
 _CHAPTER = Chapter(ASSIGNMENT, FULL)
@@ -148,7 +148,8 @@ SAMPLES = {
         _expect(**ZERO, quiz_2=0)),
     "ch05_mistakes_heads": (
         "chapter 05: NaN rows zeroed in place; interleaved heads in split, heads averaged in merge, mask "
-        "applied after the softmax; quiz 3 says unchanged ('a')",
-        lambda: _with_answers(SelfAttention=SA_INPLACE, MultiHeadAttention=MHA_C, quiz_3='answer_3 = "a"'),
-        _expect(**ZERO, quiz_3=0)),
+        "applied after the softmax; quiz 3 says unchanged ('a'), quiz 4 says the RNN costs S^2 d ('c')",
+        lambda: _with_answers(SelfAttention=SA_INPLACE, MultiHeadAttention=MHA_C, quiz_3='answer_3 = "a"',
+                              quiz_4='answer_4 = "c"'),
+        _expect(**ZERO, quiz_3=0, quiz_4=0)),
 }
