@@ -238,7 +238,7 @@ SOFTMAX_EXERCISE = Exercise(
     forbidden=(SOFTMAX, LOGSUMEXP),  # exp(x - logsumexp(x)) would hand over the softmax
     mutants=SOFTMAX_MUTANTS,
     variants=[Variant("movedim_and_loops", _v_softmax_moveaxis_loops),
-              Variant("float64_inside_guarded_max", _v_softmax_float64_guarded),
+              Variant("float64_inside_guarded_max", _v_softmax_float64_guarded, demo=True),
               Variant("detached_max_reciprocal", _v_softmax_detached_max)],
     tips=(_dtype_tip("softmax"),),
     contract="""Softmax along `dim`, computed stably: exp(x - m) / sum(exp(x - m)), m the max along `dim`.
@@ -345,7 +345,7 @@ LOGSUMEXP_EXERCISE = Exercise(
     make_cases=_lse_cases,
     forbidden=(LOGSUMEXP, SOFTMAX),  # log_softmax would hand over logsumexp = x - log_softmax(x)
     mutants=LOGSUMEXP_MUTANTS,
-    variants=[Variant("guarded_max", _v_lse_guarded), Variant("float64_and_loops", _v_lse_float64_loops),
+    variants=[Variant("guarded_max", _v_lse_guarded), Variant("float64_and_loops", _v_lse_float64_loops, demo=True),
               Variant("max_values_unsqueezed", _v_lse_max_values)],
     tips=(_dtype_tip("logsumexp"),),
     contract="""log(sum(exp(x))) along `dim`, computed stably as m + log(sum(exp(x - m))), m the max along `dim`.
