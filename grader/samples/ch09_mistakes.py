@@ -104,6 +104,22 @@ class KVCache:
 ''')
 
 # ---------------------------------------------------------------- GroupedQueryAttention mistakes
+KV_SNAPSHOTS = _src('''
+import torch
+
+
+class KVCache:
+    def __init__(self):
+        self.k = self.v = None
+        self.snapshots = []  # every (k_all, v_all) returned so far: the cache keeps O(S²) alive
+
+    def update(self, k_new, v_new):
+        self.k = k_new if self.k is None else torch.cat([self.k, k_new], dim=-2)
+        self.v = v_new if self.v is None else torch.cat([self.v, v_new], dim=-2)
+        self.snapshots.append((self.k, self.v))  # right values, over the kept-alive budget (issue 16 §1)
+        return self.k, self.v
+''')
+
 _GQA = '''
 import math
 
@@ -221,15 +237,16 @@ SAMPLES = {
                               kv_cache_bytes=KVB_NO_FACTOR_2, quiz_1='answer_1 = "a"'),
         _expect(repeat_kv=0, KVCache=0, GroupedQueryAttention=0, kv_cache_bytes=0, quiz_1=0)),
     "ch09_mistakes_shapes": (
-        "chapter 09: expand without reshape, cache appended along heads, repeated heads cached, bytes in GiB, quiz 2 'c'",
-        lambda: _with_answers(repeat_kv=RK_NO_RESHAPE, KVCache=KV_CAT_HEADS, GroupedQueryAttention=GQA_REPEAT_BEFORE_CACHE,
+        "chapter 09: expand without reshape, a cache that keeps every snapshot it returned (over the kept-alive "
+        "budget), repeated heads cached, bytes in GiB, quiz 2 'c'",
+        lambda: _with_answers(repeat_kv=RK_NO_RESHAPE, KVCache=KV_SNAPSHOTS, GroupedQueryAttention=GQA_REPEAT_BEFORE_CACHE,
                               kv_cache_bytes=KVB_GIB, quiz_2='answer_2 = "c"'),
         _expect(repeat_kv=0, KVCache=0, GroupedQueryAttention=0, kv_cache_bytes=0, quiz_2=0)),
     "ch09_mistakes_order": (
         "chapter 09: repeat_interleave without dim, new positions prepended to the cache, heads split by view "
-        "without the transpose, batch_size left out of the byte count, quiz 3 'a' (T key projections)",
+        "without the transpose, batch_size left out of the byte count, quiz 3 'b' (T key projections)",
         lambda: _with_answers(repeat_kv=RK_NO_DIM, KVCache=KV_PREPENDS, GroupedQueryAttention=GQA_VIEW_NO_TRANSPOSE,
-                              kv_cache_bytes=KVB_NO_BATCH, quiz_3='answer_3 = "a"'),
+                              kv_cache_bytes=KVB_NO_BATCH, quiz_3='answer_3 = "b"'),
         _expect(repeat_kv=0, KVCache=0, GroupedQueryAttention=0, kv_cache_bytes=0, quiz_3=0)),
     "ch09_hostile_hang_everything": (
         "chapter 09: every exercise sleeps for ever and swallows interrupts; quizzes right (issue 7: worst-case cost)",

@@ -102,6 +102,23 @@ def sliding_window_attention(q, k, v, window, causal=False):
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v  # (mutant quadratic_masked_full)
 ''')
 
+SWA_QUERY_LOOP = _src('''
+import math
+
+import torch
+
+
+def sliding_window_attention(q, k, v, window, causal=False):
+    S = q.size(-2)
+    outs = []
+    for i in range(S):  # one query at a time: small tensors, but every key scored (over the work budget)
+        d = i - torch.arange(S)
+        ok = ((d >= 0) & (d <= window)) if causal else d.abs() <= window
+        s = q[..., i:i + 1, :] @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., 1, S)
+        outs.append(torch.softmax(s.masked_fill(~ok, float("-inf")), dim=-1) @ v)
+    return torch.cat(outs, dim=-2)  # (mutant quadratic_work_query_loop_over_all_keys)
+''')
+
 # ---------------------------------------------------------------- strided_sparse_mask mistakes
 STRIDED_PRECEDENCE = _src('''
 import torch
@@ -143,10 +160,10 @@ SAMPLES = {
                               strided_sparse_mask=STRIDED_PRECEDENCE, quiz_1='answer_1 = "a"'),
         _expect(sliding_window_mask=0, sliding_window_attention=0, strided_sparse_mask=0, quiz_1=0)),
     "ch10_mistakes_direction": (
-        "chapter 10: causal window looks ahead, full S×S masked attention (over the memory budget), "
-        "strided part counted from key 0 (j % stride), quiz 2 'c'",
-        lambda: _with_answers(sliding_window_mask=MASK_LOOKS_AHEAD, sliding_window_attention=SWA_QUADRATIC,
-                              strided_sparse_mask=STRIDED_MODULO_ON_J, quiz_2='answer_2 = "c"'),
+        "chapter 10: causal window looks ahead, one query at a time against every key (over the work budget), "
+        "strided part counted from key 0 (j % stride), quiz 2 'a'",
+        lambda: _with_answers(sliding_window_mask=MASK_LOOKS_AHEAD, sliding_window_attention=SWA_QUERY_LOOP,
+                              strided_sparse_mask=STRIDED_MODULO_ON_J, quiz_2='answer_2 = "a"'),
         _expect(sliding_window_mask=0, sliding_window_attention=0, strided_sparse_mask=0, quiz_2=0)),
     "ch10_mistakes_unscaled": (
         "chapter 10: the causal flag ignored by the mask, banded scores not divided by sqrt(D), "

@@ -40,17 +40,17 @@ def sliding_window_attention(q, k, v, window, causal=False):
     w = min(window, S - 1)  # a window wider than the sequence sees everything anyway
     left, right = w, (0 if causal else w)
     W = left + right + 1  # keys per query
-    # pad the sequence dim so every query has W neighbours, then view them as windows
-    k_pad = F.pad(k, (0, 0, left, right))  # (..., S + W - 1, D)
-    v_pad = F.pad(v, (0, 0, left, right))  # (..., S + W - 1, D_v)
-    k_win = k_pad.unfold(-2, W, 1)  # (..., S, D, W): k_win[..., i, :, o] is key i - left + o
-    v_win = v_pad.unfold(-2, W, 1)  # (..., S, D_v, W)
-    scores = (q.unsqueeze(-2) @ k_win).squeeze(-2) / math.sqrt(D)  # (..., S, 1, D) x (..., S, D, W) -> (..., S, W)
+    # pad the sequence dim so every query has W neighbours, then view them as windows (no copy)
+    k_win = F.pad(k, (0, 0, left, right)).unfold(-2, W, 1)  # (..., S + W - 1, D) -> (..., S, D, W)
+    v_win = F.pad(v, (0, 0, left, right)).unfold(-2, W, 1)  # (..., S, D_v, W): v_win[..., i, :, o] is value i - left + o
     # the padded slots are not keys: hide them (every row keeps at least its own position)
-    key_pos = torch.arange(S).unsqueeze(1) - left + torch.arange(W).unsqueeze(0)  # (S, W)
-    is_key = (key_pos >= 0) & (key_pos < S)
+    real = torch.cat([torch.zeros(left, dtype=torch.bool), torch.ones(S, dtype=torch.bool),
+                      torch.zeros(right, dtype=torch.bool)])  # (S + W - 1,): False on the padding
+    is_key = real.unfold(0, W, 1)  # (S, W)
+    # einsum contracts the windows as they are; `q.unsqueeze(-2) @ k_win` would first copy them (S·D·W)
+    scores = torch.einsum("...sd,...sdw->...sw", q / math.sqrt(D), k_win)  # (..., S, W)
     weights = torch.softmax(scores.masked_fill(~is_key, float("-inf")), dim=-1)  # (..., S, W)
-    return (v_win @ weights.unsqueeze(-1)).squeeze(-1)  # (..., S, D_v, W) x (..., S, W, 1) -> (..., S, D_v)
+    return torch.einsum("...sw,...sdw->...sd", weights, v_win)  # (..., S, D_v)
 
 
 @reference
