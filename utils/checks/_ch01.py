@@ -132,7 +132,7 @@ SCORE_EXERCISE = Exercise(
     reference=ref.dot_product_score,
     make_cases=_score_cases,
     mutants=SCORE_MUTANTS,
-    variants=[Variant("einsum", _v_score_einsum), Variant("broadcast_multiply_sum", _v_score_broadcast),
+    variants=[Variant("einsum", _v_score_einsum), Variant("broadcast_multiply_sum", _v_score_broadcast, demo=True),
               Variant("loops_float64", _v_score_loops_float64)],
     rescale=_score_rescale,
     scale_names=_score_scale_names,
@@ -283,6 +283,14 @@ def _pool_wrong_dim(query, keys, values, score_fn, mask=None):
     return _pool(score_fn(query, keys), values, mask, dim=-2)
 
 
+def _pool_softmax_dim_1(query, keys, values, score_fn, mask=None):
+    scores = score_fn(query, keys)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, NEG_INF)
+    w = torch.softmax(scores, dim=1).nan_to_num(0.0)  # dim=1: the keys only without batch dims
+    return w @ values, w
+
+
 def _pool_wrong_dim_global_max(query, keys, values, score_fn, mask=None):
     scores = score_fn(query, keys)
     if mask is not None:
@@ -379,6 +387,7 @@ POOLING_MUTANTS = [
     Mutant("ignores_score_fn", "score_fn was ignored (the dot product query @ keysᵀ is hard-coded): compute the scores with score_fn(query, keys), whatever scoring rule it is.", _pool_ignores_score_fn),
     Mutant("softmax_wrong_dim", WRONG_DIM_HINT, _pool_wrong_dim),
     Mutant("softmax_wrong_dim_global_max", WRONG_DIM_HINT, _pool_wrong_dim_global_max),
+    Mutant("softmax_dim_1", "the softmax was taken over dim=1: that is the key dim only for a 2-D (S_q, S_k) input; with a batch (B, S_q, S_k) it normalises over the queries, with (B, H, ...) over the heads. Use dim=-1, the last dim, whatever the leading dims.", _pool_softmax_dim_1),
     Mutant("no_softmax", "the raw scores were used as weights: turn them into a distribution over the keys with a softmax over the last dim.", _pool_no_softmax),
     Mutant("mask_ignored", "the mask was ignored: set the scores to -inf where the mask is False before the softmax.", _pool_mask_ignored),
     Mutant("inverted_mask", "the mask is inverted: True means 'may attend', so fill the scores where the mask is False.", _pool_inverted_mask),
@@ -436,7 +445,7 @@ POOLING_EXERCISE = Exercise(
     forbidden=(SDPA, MHA),
     mutants=POOLING_MUTANTS,
     variants=[Variant("where_manual_softmax_einsum", _v_pool_manual_softmax),
-              Variant("float64_inside", _v_pool_float64_inside), Variant("row_loop", _v_pool_row_loop)],
+              Variant("float64_inside", _v_pool_float64_inside, demo=True), Variant("row_loop", _v_pool_row_loop)],
     output_names=("context", "weights"),
     rescale=_pooling_rescale,
     scale_names=_pooling_scale_names,

@@ -302,7 +302,7 @@ def _v_loops(q, k, v, mask=None, dropout_p=0.0):
 
 
 SDPA_VARIANTS = [Variant("einsum_and_manual_softmax", _v_einsum), Variant("float64_inside", _v_float64_inside),
-                 Variant("python_loops", _v_loops)]
+                 Variant("python_loops", _v_loops, demo=True)]
 
 SDPA_EXERCISE = Exercise(
     name="scaled_dot_product_attention",
@@ -330,11 +330,25 @@ check_scaled_dot_product_attention = register(SDPA_EXERCISE)
 
 
 # ---------------------------------------------------------------- dot_product_variance
+# The estimate is reproducible, not statistical (issue 18 §2: closed form x chi-square noise passed a
+# statistical judge). The draw order that the prompt states, and that the check reproduces exactly:
+#   1. the check calls torch.manual_seed(case seed) (``_seeded``) right before each call;
+#   2. q = torch.randn(n_samples, d_k)   -- float32, torch's global generator, FIRST draw;
+#   3. k = torch.randn(n_samples, d_k)   -- float32, global generator, SECOND draw; nothing else drawn;
+#   4. dots = (q * k).sum(-1), divided by sqrt(d_k) when scaled; return dots.var() (unbiased,
+#      divide by n_samples - 1) as a Python float.
+# Any answer that follows the prompt returns the reference's value up to float32 rounding (rtol 1e-4);
+# a value that was not computed from these exact samples (a closed form, noise around it, another
+# draw) differs by the sampling error, about sqrt(2 / n_samples) relative: 1e-2 at n_samples = 20,000.
 N_SAMPLES = 20_000
 ALL_PAIRS = ("compute one dot product per pair, (q * k).sum(dim=-1), not all n_samples² pairs "
              "(q @ k.T): that matrix has n_samples² entries")
-CLOSED_FORM = ("your answer does not vary with the random samples (it looks like the closed form d_k or 1): "
-               "the exercise is to *measure* the variance from n_samples random pairs.")
+CLOSED_FORM = ("your answer does not depend on the random samples (it is the closed form d_k or 1): "
+               "the exercise is to *measure* the variance of n_samples dot products drawn as the prompt says.")
+NOT_THESE_SAMPLES = ("your value is close to the theory but is not the variance of the samples the prompt "
+                     "prescribes: draw q = torch.randn(n_samples, d_k) first, then k = torch.randn(n_samples, d_k) "
+                     "(float32, torch's global generator, which the check seeds; draw nothing else before them), "
+                     "and return the variance of these exact dot products.")
 
 
 def _variance_budget(case: Case) -> Budget:
@@ -342,28 +356,40 @@ def _variance_budget(case: Case) -> Budget:
     return Budget(numel=max(2**16, 2 * n * d_k), seconds=DEFAULT_SECONDS, why=ALL_PAIRS)
 
 
-def _repeat(times: int):
+def _seeded(seed: int):
+    """The case's runner: seed torch's global generator, then call (the prompt says the check does)."""
     def run(fn, case: Case):
-        return [fn(*case.args) for _ in range(times)]
+        torch.manual_seed(seed)
+        return fn(*case.args, **case.kwargs)
 
     return run
 
 
-def _judge_spread(d_k: int, scaled: bool):
-    target = 1.0 if scaled else float(d_k)
+def _variance_features(case: Case) -> dict:
+    d_k, n, scaled = case.args
+    return {"scaled=True": bool(scaled), "d_k = 1": d_k == 1, "n_samples below 10": n < 10}
+
+
+def _judge_exact(d_k: int, n: int, scaled: bool, seed: int):
+    """Compare with the variance of the prescribed samples, and say what a value near the theory means."""
+    from .._guard import unguarded
 
     def judge(got) -> str | None:
-        if not (isinstance(got, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in got)):
-            return f"dot_product_variance should return a Python float, got {describe(got[0] if isinstance(got, list) and got else got)}."
-        mean = sum(got) / len(got)
-        spread = (sum((x - mean) ** 2 for x in got) / (len(got) - 1)) ** 0.5
-        if spread <= 0.15 * abs(mean):
-            return (f"twelve calls with n_samples=6 gave {', '.join(f'{x:.3g}' for x in got[:4])}, ...: almost no "
-                    f"spread, but a variance measured from 6 samples scatters by about 60%. {CLOSED_FORM}")
-        if not 0.4 * target <= mean <= 1.9 * target:
-            return (f"twelve calls with n_samples=6, d_k={d_k}, scaled={scaled} average {mean:.3g}; "
-                    f"a sample variance of q·k{'/√d_k' if scaled else ''} averages about {target:g}.")
-        return None
+        if isinstance(got, bool) or not isinstance(got, float):
+            return f"dot_product_variance should return a Python float (use .item()), got {describe(got)}."
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            want = unguarded(ref.dot_product_variance)(d_k, n, scaled)
+        if math.isfinite(got) and abs(got - want) <= 1e-6 + 1e-4 * abs(want):
+            return None
+        theory = 1.0 if scaled else float(d_k)
+        sigma = theory * math.sqrt(2 / (n - 1) + 6 / (d_k * n))  # std of a sample variance of q·k
+        msg = f"expected {want:.6g} (the variance of the samples the prompt prescribes), got {got:.6g}."
+        if got == theory:
+            return f"{msg} {CLOSED_FORM[0].upper()}{CLOSED_FORM[1:]}"
+        if math.isfinite(got) and abs(got - theory) < 6 * sigma:
+            return f"{msg} {NOT_THESE_SAMPLES[0].upper()}{NOT_THESE_SAMPLES[1:]}"
+        return msg
 
     return judge
 
@@ -371,18 +397,27 @@ def _judge_spread(d_k: int, scaled: bool):
 def _variance_cases(seed: int) -> list:
     r = rng(seed)
     dims = [16, 64, 1, 4, 256] + [r.choice([2, 8, 32, 100, 128]) for _ in range(1)]
-    cases = []
-    for d_k in dims:
+    # First, two judged cases: their message says what a value near the theory but not equal means.
+    cases = [Case(f"d_k=16, n_samples={N_SAMPLES}, scaled={scaled} (judged)", (16, N_SAMPLES, scaled),
+                  run=_seeded(seed * 100 + 90 + int(scaled)),
+                  judge=_judge_exact(16, N_SAMPLES, scaled, seed * 100 + 90 + int(scaled)))
+             for scaled in (False, True)]
+    for i, d_k in enumerate(dims):
         for scaled in (False, True):
-            # var(q·k) = d_k; the sample variance has std ≈ sqrt((2 d_k² + 6 d_k) / N). Two
-            # independent estimates (yours, the reference's) differ by √2 times that: allow 6 σ.
-            sigma = math.sqrt((2 * d_k**2 + 6 * d_k) / N_SAMPLES) / d_k
-            cases.append(Case(f"d_k={d_k}, n_samples={N_SAMPLES}, scaled={scaled}",
-                              (d_k, N_SAMPLES, scaled), tol=(0.0, 6 * math.sqrt(2) * sigma)))
-    for d_k, scaled in [(16, False), (16, True)]:  # few samples: a measurement scatters, a formula does not
-        cases.append(Case(f"twelve calls with d_k={d_k}, n_samples=6, scaled={scaled}", (d_k, 6, scaled),
-                          run=_repeat(12), judge=_judge_spread(d_k, scaled)))
+            cases.append(Case(f"d_k={d_k}, n_samples={N_SAMPLES}, scaled={scaled}", (d_k, N_SAMPLES, scaled),
+                              tol=(1e-6, 1e-4), run=_seeded(seed * 100 + 2 * i + int(scaled))))
+    for j, (d_k, n, scaled) in enumerate([(16, 6, False), (16, 6, True), (3, 2, False), (7, 13, True)]):
+        # few samples: the measured variance is far from the theory; a formula cannot match it
+        cases.append(Case(f"d_k={d_k}, n_samples={n}, scaled={scaled}", (d_k, n, scaled), tol=(1e-6, 1e-4),
+                          run=_seeded(seed * 100 + 50 + j)))
     return cases
+
+
+def _dots(d_k, n_samples, scaled, dtype=torch.float32):
+    q = torch.randn(n_samples, d_k, dtype=dtype)
+    k = torch.randn(n_samples, d_k, dtype=dtype)
+    dots = (q * k).sum(-1)
+    return dots / math.sqrt(d_k) if scaled else dots
 
 
 def _var_scale_by_d(d_k, n_samples, scaled):
@@ -405,9 +440,7 @@ def _var_uniform(d_k, n_samples, scaled):
 
 
 def _var_mean_square_of_sum(d_k, n_samples, scaled):
-    q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
-    dots = (q * k).sum(-1) / (math.sqrt(d_k) if scaled else 1.0)
-    return dots.mean().item()
+    return _dots(d_k, n_samples, scaled).mean().item()
 
 
 def _var_all_pairs(d_k, n_samples, scaled):
@@ -420,23 +453,75 @@ def _var_closed_form(d_k, n_samples, scaled):
     return 1.0 if scaled else float(d_k)
 
 
+def _var_biased(d_k, n_samples, scaled):
+    return _dots(d_k, n_samples, scaled).var(unbiased=False).item()
+
+
+def _var_float64_draw(d_k, n_samples, scaled):
+    return _dots(d_k, n_samples, scaled, dtype=torch.float64).var().item()
+
+
+def _var_column_vectors(d_k, n_samples, scaled):
+    q, k = torch.randn(d_k, n_samples), torch.randn(d_k, n_samples)  # samples as columns: other numbers
+    dots = (q * k).sum(0) / (math.sqrt(d_k) if scaled else 1.0)
+    return dots.var().item()
+
+
+def _var_one_draw_for_both(d_k, n_samples, scaled):
+    q, k = torch.randn(2, d_k, n_samples).unbind(0)  # one call, and (d_k, n_samples): other numbers
+    dots = (q * k).sum(0) / (math.sqrt(d_k) if scaled else 1.0)
+    return dots.var().item()
+
+
+def _var_scaled_variance_not_dots(d_k, n_samples, scaled):
+    v = ref.dot_product_variance.__wrapped__(d_k, n_samples, False)
+    return v / math.sqrt(d_k) if scaled else v
+
+
 def _v_var_float64(d_k, n_samples, scaled):
-    q = torch.randn(n_samples, d_k, dtype=torch.float64)
-    k = torch.randn(n_samples, d_k, dtype=torch.float64)
-    dots = torch.einsum("nd,nd->n", q, k)
+    q = torch.randn(n_samples, d_k)  # float32 draws, as the prompt says; float64 arithmetic after
+    k = torch.randn(n_samples, d_k)
+    dots = torch.einsum("nd,nd->n", q.double(), k.double())
     if scaled:
         dots /= d_k ** 0.5
-    return float(((dots - dots.mean()) ** 2).mean())  # the biased estimator is fine too
+    return float(((dots - dots.mean()) ** 2).sum() / (n_samples - 1))
+
+
+def _v_var_chunked_loop(d_k, n_samples, scaled):
+    q = torch.randn(n_samples, d_k)
+    k = torch.randn(n_samples, d_k)
+    total, total_sq = 0.0, 0.0  # running sums in Python floats (float64), 1,000 rows at a time
+    for start in range(0, n_samples, 1000):
+        d = (q[start:start + 1000] * k[start:start + 1000]).sum(dim=1).double()
+        if scaled:
+            d = d / math.sqrt(d_k)
+        total += float(d.sum())
+        total_sq += float((d * d).sum())
+    mean = total / n_samples
+    return (total_sq - n_samples * mean * mean) / (n_samples - 1)
+
+
+def _v_var_matmul_rows(d_k, n_samples, scaled):
+    q = torch.randn(n_samples, d_k)
+    k = torch.randn(n_samples, d_k)
+    dots = (q.unsqueeze(1) @ k.unsqueeze(2)).reshape(n_samples)  # (N, 1, d) @ (N, d, 1): N dot products
+    scale = 1 / math.sqrt(d_k) if scaled else 1.0
+    return torch.var(dots * scale, correction=1).item()
 
 
 VARIANCE_MUTANTS = [
     Mutant("scale_by_d", "with scaled=True you divided q·k by d_k, which divides the variance by d_k²; divide by sqrt(d_k).", _var_scale_by_d),
+    Mutant("scaled_the_variance_by_sqrt_d", "with scaled=True you divided the variance by sqrt(d_k); divide each dot product by sqrt(d_k) (which divides the variance by d_k).", _var_scaled_variance_not_dots),
     Mutant("returns_std", "you returned the standard deviation (sqrt of the variance).", _var_returns_std),
     Mutant("ignores_scaled", "the `scaled` flag is ignored: with scaled=True divide each q·k by sqrt(d_k).", _var_ignores_flag),
     Mutant("uniform_samples", "q and k were drawn from a uniform distribution (torch.rand); the exercise uses standard normals (torch.randn).", _var_uniform),
     Mutant("returns_mean", "you returned the mean of q·k (about 0), not its variance.", _var_mean_square_of_sum),
     Mutant("all_pairs", ALL_PAIRS, _var_all_pairs),
     Mutant("closed_form", CLOSED_FORM, _var_closed_form),
+    Mutant("biased_variance", "you divided by n_samples (the biased variance): the prompt asks for the sample variance that divides by n_samples - 1, as Tensor.var() does.", _var_biased),
+    Mutant("float64_draws", "q and k were drawn in float64: torch.randn(..., dtype=torch.float64) draws other numbers than the float32 draws the prompt prescribes; draw in float32 (the default) and convert afterwards if you like.", _var_float64_draw),
+    Mutant("samples_as_columns", "q and k were drawn with shape (d_k, n_samples) (samples as columns): the prompt prescribes q = torch.randn(n_samples, d_k) and then k = torch.randn(n_samples, d_k), one sample per row, which draws the numbers in another arrangement.", _var_column_vectors),
+    Mutant("one_draw_for_both", "q and k came from one draw (or another shape): the prompt prescribes two draws, q = torch.randn(n_samples, d_k) and then k = torch.randn(n_samples, d_k).", _var_one_draw_for_both),
 ]
 
 VARIANCE_EXERCISE = Exercise(
@@ -444,14 +529,21 @@ VARIANCE_EXERCISE = Exercise(
     reference=ref.dot_product_variance,
     make_cases=_variance_cases,
     mutants=VARIANCE_MUTANTS,
-    variants=[Variant("float64_einsum_biased", _v_var_float64)],
+    variants=[Variant("float64_einsum_manual", _v_var_float64),
+              Variant("chunked_running_sums", _v_var_chunked_loop, demo=True),
+              Variant("batched_matmul_rows", _v_var_matmul_rows)],
     budget=_variance_budget,
+    features=_variance_features,
     contract="""Empirical variance of q·k over n_samples independent pairs q, k ~ N(0, I_{d_k}).
 
     d_k: int, the size of q and k;  n_samples: int, the number of pairs;
     scaled: bool, divide each q·k by sqrt(d_k) first.  Returns a Python float.
-    Draw the samples from torch's global generator, one dot product per pair (never all
-    n_samples² pairs: the check has a memory budget).
+    Draw exactly, from torch's global generator (the check seeds it before each call):
+    first q = torch.randn(n_samples, d_k), then k = torch.randn(n_samples, d_k) (float32),
+    and nothing else. One dot product per row pair, q[i]·k[i] (never all n_samples² pairs:
+    the check has a memory budget). Return the sample variance of these n_samples numbers,
+    dividing by n_samples - 1 (what Tensor.var() does). The check compares with the value
+    these exact samples give, to float32 rounding.
     """,
 )
 check_dot_product_variance = register(VARIANCE_EXERCISE)

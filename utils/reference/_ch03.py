@@ -34,10 +34,12 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
 def dot_product_variance(d_k, n_samples, scaled):
     """Empirical variance of q·k for q, k ~ N(0, I_{d_k}), divided by sqrt(d_k) when ``scaled``.
 
-    Draws ``n_samples`` independent pairs from torch's global generator. Theory: d_k unscaled, 1 scaled.
+    Draws exactly q = randn(n_samples, d_k), then k = randn(n_samples, d_k), float32, from torch's
+    global generator (the caller seeds it), and returns the unbiased sample variance (divides by
+    n_samples - 1). Theory: d_k unscaled, 1 scaled.
     """
-    q = torch.randn(n_samples, d_k)  # (N, d_k)
-    k = torch.randn(n_samples, d_k)  # (N, d_k)
+    q = torch.randn(n_samples, d_k)  # (N, d_k), the first draw
+    k = torch.randn(n_samples, d_k)  # (N, d_k), the second draw
     dots = (q * k).sum(dim=-1)  # (N,)
     if scaled:
         dots = dots / math.sqrt(d_k)
