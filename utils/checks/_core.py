@@ -1008,19 +1008,20 @@ def _fully_masked(mask: torch.Tensor) -> bool:
 def case_features(exercise: Exercise, case: Case) -> dict:
     """What a case is made of, derived from its arguments: ``{phrase: value}``.
 
-    Booleans read "all failing cases have <phrase>" (False: "have no <phrase>"); other values read
-    "<phrase> = <value>". ``Exercise.features(case)`` may add or override entries.
+    Booleans read "all failing cases have <phrase>" (False: "have no <phrase>", or the text after a
+    "¦" in the phrase); other values read "<phrase> = <value>". ``Exercise.features(case)`` may add
+    or override entries.
     """
-    feats: dict = {}
+    feats: dict = {"gradients compared (float64)¦forward outputs compared only": bool(case.grad)}
     pairs = _named_inputs(exercise, case)
     tensors = [(n, t) for n, t in pairs if isinstance(t, torch.Tensor)]
     floats = [(n, t) for n, t in tensors if t.is_floating_point()]
     q = next(((n, t) for n, t in floats if n.lower() in _Q_NAMES and t.dim() >= 2), None)
     k = next(((n, t) for n, t in floats if n.lower() in _K_NAMES and t.dim() >= 2), None)
     if q is not None and k is not None:
-        feats["S_q ≠ S_k|S_q = S_k"] = q[1].shape[-2] != k[1].shape[-2]
+        feats["S_q ≠ S_k¦S_q = S_k"] = q[1].shape[-2] != k[1].shape[-2]
     if q is not None and q[1].dim() >= 3:
-        feats[f"a single position ({q[0]}.shape[-2] = 1)|several positions ({q[0]}.shape[-2] > 1)"] = \
+        feats[f"a single position ({q[0]}.shape[-2] = 1)¦several positions ({q[0]}.shape[-2] > 1)"] = \
             q[1].shape[-2] == 1
     for n, t in tensors:
         if "mask" in n.lower() or t.dtype == torch.bool:
@@ -1032,10 +1033,9 @@ def case_features(exercise: Exercise, case: Case) -> dict:
     if floats:
         name, first = floats[0]
         feats[f"the number of dims of {name}"] = first.dim()
-        feats[f"{name} in float64|{name} in {str(first.dtype).replace('torch.', '')}"] = first.dtype == torch.float64
+        feats[f"the dtype of {name}"] = str(first.dtype).replace("torch.", "")
         big = max((float(t.detach().abs().max()) for _, t in floats if t.numel()), default=0.0)
-        feats[f"large inputs (|x| > {LARGE_INPUT:g})|inputs with |x| ≤ {LARGE_INPUT:g}"] = big > LARGE_INPUT
-    feats["gradients compared (float64)|forward outputs compared only"] = bool(case.grad)
+        feats[f"large inputs (|x| > {LARGE_INPUT:g})¦inputs with |x| ≤ {LARGE_INPUT:g}"] = big > LARGE_INPUT
     for n, v in pairs:
         if isinstance(v, (bool, int, str)) or (isinstance(v, float) and math.isfinite(v)):
             feats[n] = (v,)  # a 1-tuple: an argument's value, read "n = v"
@@ -1049,7 +1049,7 @@ def case_features(exercise: Exercise, case: Case) -> dict:
 
 def _say_values(phrase: str, values: set, failing: bool) -> str:
     if all(isinstance(v, bool) for v in values):
-        pos, _, neg = phrase.partition("|")
+        pos, _, neg = phrase.partition("¦")
         if not neg:
             neg = f"no {pos[2:]}" if pos.startswith("a ") else f"no {pos}"
         if len(values) == 2:
@@ -1057,6 +1057,8 @@ def _say_values(phrase: str, values: set, failing: bool) -> str:
         return f"have {pos if True in values else neg}"
     plain = sorted((v[0] if isinstance(v, tuple) else v for v in values), key=lambda v: (str(type(v)), v))
     shown = ", ".join(repr(v) if isinstance(v, str) else f"{v:g}" if isinstance(v, float) else str(v) for v in plain)
+    if phrase.startswith("the dtype of "):
+        return f"have {phrase[len('the dtype of '):]} in {shown.replace(', ', ' or ')}".replace("'", "")
     if phrase.startswith("the number of dims of "):
         return f"have {phrase[len('the number of dims of '):]} with {shown.replace(', ', ' or ')} dims"
     return f"have {phrase} = {shown}" if len(values) == 1 else f"have {phrase} in {{{shown}}}"
@@ -1075,26 +1077,26 @@ def shared_features(exercise: Exercise, cases: list, failed: list) -> str | None
     for f in feats:
         keys += [k for k in f if k not in keys]
     found = []
-    for key in keys:
-        values = [f.get(key, False if any(isinstance(g.get(key), bool) for g in feats) else None) for f in feats]
-        if any(v is None for v in values):
+    for order, key in enumerate(keys):
+        boolean = any(isinstance(f.get(key), bool) for f in feats)
+        values = [f.get(key, False if boolean else None) for f in feats]
+        known = [i for i, v in enumerate(values) if v is not None]
+        distinct = {values[i] for i in known}
+        if len(distinct) < 2 or (len(distinct) > 3 and len(distinct) > len(known) // 3):
             continue
-        distinct = set(values)
-        if len(distinct) < 2 or (len(distinct) > 3 and len(distinct) > len(cases) // 3):
+        bad = [i for i in failed if values[i] is not None]
+        good = [i for i in known if i not in failed]
+        if len(bad) < len(failed) or len(good) < 2:  # said of every failing case, and of 2+ passing ones
             continue
-        bad = {values[i] for i in failed}
-        good = {v for i, v in enumerate(values) if i not in failed}
-        if bad & good:
+        bad_values, good_values = {values[i] for i in bad}, {values[i] for i in good}
+        if bad_values & good_values:
             continue
-        found.append((len(bad) + len(good), key, bad, good))
+        found.append((len(distinct), order, key, bad_values, good_values, len(good)))
     if not found:
         return None
-    found.sort(key=lambda f: f[0])
-    n_bad, n_good = len(failed), len(cases) - len(failed)
-    parts = [f"all {n_bad} failing cases {_say_values(key, bad, True)}; the {n_good} passing ones "
-             f"{_say_values(key, good, False)}"
-             for _, key, bad, good in found[:2]]
-    return " — and ".join(parts) + "."
+    _, _, key, bad, good, n_good = min(found, key=lambda f: f[:2])
+    return (f"all {len(failed)} failing cases {_say_values(key, bad, True)}; the {n_good} passing ones "
+            f"{_say_values(key, good, False)}.")
 
 
 def _leaves(expected, got, path: str = "output"):
@@ -1122,6 +1124,8 @@ def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
 def _nice_number(c: float) -> str:
     """c, and a simple form of it when there is one (2, 1/4, √8, 1/√8)."""
     text = f"{c:.4g}"
+    if abs(c - round(c)) <= 1e-4 * abs(c):
+        return text
     for k in range(2, 1025):
         for value, name in ((k, f"{k}"), (1 / k, f"1/{k}"), (math.sqrt(k), f"√{k}"), (1 / math.sqrt(k), f"1/√{k}")):
             if abs(abs(c) - value) <= 1e-4 * value and not (name == text):
@@ -1168,7 +1172,7 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
     ed, gd = e.detach().double(), g.detach().double()
     finite = bool(torch.isfinite(ed).all())
     if g.shape != e.shape:
-        if g.numel() != e.numel() or not finite:
+        if not finite:
             return clues
         if e.dim() >= 2 and tuple(g.shape) == tuple(e.mT.shape) and _close(ed.mT, gd, atol, rtol):
             return [("transposed", f"your {path} is the expected one transposed in its last two dims "
@@ -1182,6 +1186,19 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
                     return [("dims permuted", f"your {path} holds the expected values with its dims in another "
                              f"order: shape {tuple(g.shape)} instead of {tuple(e.shape)} (your dims are the "
                              f"expected dims {list(p)}): a transpose or permute is missing or extra.")]
+        if g.dim() == e.dim() - 1 or (g.dim() == e.dim() and sum(a != b for a, b in zip(g.shape, e.shape)) == 1):
+            for d in range(e.dim()):
+                rest = tuple(e.shape[:d]) + tuple(e.shape[d + 1:])
+                if tuple(g.shape) not in (rest, tuple(e.shape[:d]) + (1,) + tuple(e.shape[d + 1:])) or e.shape[d] < 2:
+                    continue
+                for how, r in (("averaged", ed.mean(d)), ("summed", ed.sum(d)), ("taken at index 0", ed.select(d, 0)),
+                               ("taken at the last index", ed.select(d, -1))):
+                    if _close(r.reshape(g.shape), gd, atol, rtol):
+                        return [(f"reduced over dim {d - e.dim()}",
+                                 f"your {path} (shape {tuple(g.shape)}) is the expected one {how} over dim "
+                                 f"{d - e.dim()} (size {e.shape[d]}, shape {tuple(e.shape)}): keep that dim.")]
+        if g.numel() != e.numel():
+            return clues
         if _close(ed.reshape(g.shape), gd, atol, rtol):
             return [("reshaped", f"your {path} holds the expected values in the expected order, but with shape "
                                  f"{tuple(g.shape)} instead of {tuple(e.shape)} (a dim of size 1 kept or dropped, "
@@ -1228,8 +1245,7 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
     # a constant factor or offset, for the whole tensor or per row
     c = float((gd * ed).sum() / (ed * ed).sum())
     if abs(c - 1) > 1e-3 and _close(c * ed, gd, atol, rtol):
-        clues.append((f"constant factor {c:.3g}", f"your {path} is the expected one times {_nice_number(c)} everywhere."))
-        return clues
+        return [(f"constant factor {c:.3g}", f"your {path} is the expected one times {_nice_number(c)} everywhere.")]
     shift = float((gd - ed).mean())
     if abs(shift) > atol and _close(ed + shift, gd, atol, rtol):
         clues.append((f"constant offset {shift:.3g}", f"your {path} is the expected one plus {shift:.4g} everywhere."))
@@ -1248,7 +1264,7 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
                           f"own constant ({float(d.min()):.4g} … {float(d.max()):.4g})."))
             return clues
     # the expected values in other positions
-    for dim in range(e.dim()):
+    for dim in range(e.dim() - 1):
         perm = _slice_permutation(ed, gd, dim, atol, rtol)
         if perm is not None:
             clues.append((f"permuted along dim {dim - e.dim()}",
@@ -1256,13 +1272,14 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
                           f"{_say_perm(perm)}: heads, positions or batch entries are mixed up."))
             return clues
     m = e.shape[-1] if e.dim() else 0
-    for n in range(2, min(m, 16) + 1):
-        if m % n or n == m:
+    for n in range(2, min(m, 32) + 1):  # the coarsest blocks first; n == m: single features
+        if m % n:
             continue
         shape = tuple(e.shape[:-1]) + (n, m // n)
         perm = _slice_permutation(ed.reshape(shape), gd.reshape(shape), e.dim() - 1, atol, rtol)
         if perm is not None:
-            clues.append(("blocks permuted", f"the last dim of your {path} holds the expected {n} blocks of {m // n} "
+            what = f"{n} blocks of {m // n}" if n < m else f"{m} features"
+            clues.append(("blocks permuted", f"the last dim of your {path} holds the expected {what} "
                           f"{_say_perm(perm)}: heads (or concatenated parts) in another order."))
             return clues
     if e.numel() >= 4:
@@ -1423,7 +1440,7 @@ def output_clues(exercise: Exercise, cases: list, outputs: list, expected: list,
         if base in per_kind or len(hits) >= 2:
             per_kind.setdefault(base, []).extend(hits)
     lines = []
-    ran = "" if checked == len(failed) else " that returned a result"
+    ran = "" if checked == len(failed) else " compared with the reference output"
     for kind, hits in per_kind.items():
         i, msg = hits[0]
         if len(hits) == checked and checked > 1:
@@ -1446,10 +1463,13 @@ def output_clues(exercise: Exercise, cases: list, outputs: list, expected: list,
         if zero:
             line += f" {', '.join(zero[:3])} {'is' if len(zero) == 1 else 'are'} zero everywhere."
         lines.insert(0, line[0].upper() + line[1:])
-    elif checked and wrong_paths and right_paths - wrong_paths and len(wrong_paths | right_paths) <= 4:
-        named = lambda ps: ", ".join(name_paths(exercise, p) for p in sorted(ps))  # noqa: E731
-        lines.append(f"{named(right_paths - wrong_paths)} {'is' if len(right_paths - wrong_paths) == 1 else 'are'} "
-                     f"right in every case; only {named(wrong_paths)} {'is' if len(wrong_paths) == 1 else 'are'} wrong.")
+    else:  # several outputs: say which are right (gradients aside)
+        wrong = {name_paths(exercise, p) for p in wrong_paths if not p.startswith("dL/d")}
+        right = {name_paths(exercise, p) for p in right_paths if not p.startswith("dL/d")} - wrong
+        if checked and wrong and right and len(wrong | right) <= 4:
+            named = lambda ps: ", ".join(sorted(ps))  # noqa: E731
+            lines.append(f"{named(right)} {'is' if len(right) == 1 else 'are'} right in every case; only "
+                         f"{named(wrong)} {'is' if len(wrong) == 1 else 'are'} wrong.")
     return lines
 
 
