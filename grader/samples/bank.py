@@ -84,6 +84,29 @@ def dot_product_variance(d_k, n_samples, scaled):
     return dots.std().item()  # the standard deviation, not the variance
 ''')
 
+VARIANCE_BIASED = _src('''
+import math
+import torch
+
+def dot_product_variance(d_k, n_samples, scaled):
+    q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
+    dots = (q * k).sum(-1) / (math.sqrt(d_k) if scaled else 1.0)
+    return ((dots - dots.mean()) ** 2).mean().item()  # divides by n_samples, not n_samples - 1
+''')
+
+VARIANCE_FLOAT64_DRAWS = _src('''
+import math
+import torch
+
+def dot_product_variance(d_k, n_samples, scaled):
+    q = torch.randn(n_samples, d_k, dtype=torch.float64)  # float64 draws: other numbers than the prompt's
+    k = torch.randn(n_samples, d_k, dtype=torch.float64)
+    dots = (q * k).sum(-1)
+    if scaled:
+        dots = dots / math.sqrt(d_k)
+    return dots.var().item()
+''')
+
 CALLS_TORCH_SDPA = _src('''
 import torch.nn.functional as F
 
@@ -205,12 +228,14 @@ SAMPLES = {
     "mistake_no_scaling": ("SDPA without 1/sqrt(d_k)",
                            lambda: _set(correct(), "scaled_dot_product_attention", NO_SCALING),
                            _with(scaled_dot_product_attention=0)),
-    "mistake_mask_after_softmax": ("SDPA masks after the softmax",
-                                   lambda: _set(correct(), "scaled_dot_product_attention", MASK_AFTER_SOFTMAX),
-                                   _with(scaled_dot_product_attention=0)),
-    "mistake_neg_1e9": ("SDPA fills with -1e9: fully masked rows become uniform",
-                        lambda: _set(correct(), "scaled_dot_product_attention", NEG_1E9),
-                        _with(scaled_dot_product_attention=0)),
+    "mistake_mask_after_softmax": ("SDPA masks after the softmax; dot_product_variance draws in float64",
+                                   lambda: _set(_set(correct(), "scaled_dot_product_attention", MASK_AFTER_SOFTMAX),
+                                                "dot_product_variance", VARIANCE_FLOAT64_DRAWS),
+                                   _with(scaled_dot_product_attention=0, dot_product_variance=0)),
+    "mistake_neg_1e9": ("SDPA fills with -1e9: fully masked rows become uniform; the biased variance",
+                        lambda: _set(_set(correct(), "scaled_dot_product_attention", NEG_1E9),
+                                     "dot_product_variance", VARIANCE_BIASED),
+                        _with(scaled_dot_product_attention=0, dot_product_variance=0)),
     "mistake_variance_std": ("dot_product_variance returns the standard deviation",
                              lambda: _set(correct(), "dot_product_variance", VARIANCE_STD),
                              _with(dot_product_variance=0)),

@@ -80,8 +80,10 @@ def logsumexp(x, dim=-1):
 SAMPLES = {
     "ch00_correct": ("chapter 00: the solution's answers", correct, FULL),
     "ch00_mistakes_overflow": (
-        "chapter 00: softmax without the max (overflow), logsumexp keeps dim, quiz 1 wrong ('a')",
-        lambda: _with_answers(softmax=SOFTMAX_NO_MAX, logsumexp=LSE_KEEPDIM, quiz_1='answer_1 = "a"'),
+        "chapter 00: softmax without the max (overflow), logsumexp keeps dim, quiz 1 wrong ('a'), "
+        "quiz 2 right as an expression (math.log(2): the prompt accepts an expression, issue 16 §3)",
+        lambda: _with_answers(softmax=SOFTMAX_NO_MAX, logsumexp=LSE_KEEPDIM, quiz_1='answer_1 = "a"',
+                              quiz_2="import math\n\nanswer_2 = math.log(2)"),
         _expect(softmax=0, logsumexp=0, quiz_1=0)),
     "ch00_mistakes_dims": (
         "chapter 00: softmax ignores dim, logsumexp squeezes every size-1 dim, quiz 2 answers c = 0 (lse taken for the max)",

@@ -55,7 +55,7 @@ def attention_pooling(query, keys, values, score_fn, mask=None):
     scores = score_fn(query, keys)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-2).nan_to_num(0.0)  # over the queries (mutant softmax_wrong_dim)
+    weights = torch.softmax(scores, dim=1).nan_to_num(0.0)  # dim=1: the queries of (B, S_q, S_k) (mutant softmax_dim_1)
     return weights @ values, weights
 ''')
 

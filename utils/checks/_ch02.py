@@ -169,6 +169,12 @@ class _NoTanh(_Ref):
         return _attend(self.w_v(features).squeeze(-1), values, mask)
 
 
+class _TanhOnEachProjection(_Ref):
+    def forward(self, query, keys, values, mask=None):
+        features = torch.tanh(self.W_q(query)).unsqueeze(2) + torch.tanh(self.W_k(keys)).unsqueeze(1)
+        return _attend(self.w_v(features).squeeze(-1), values, mask)
+
+
 class _TanhOutside(_Ref):
     def forward(self, query, keys, values, mask=None):
         features = self.W_q(query).unsqueeze(2) + self.W_k(keys).unsqueeze(1)
@@ -333,6 +339,7 @@ ADDITIVE_BIAS_HINT = ("the mask was applied by adding a -inf bias (scores + bias
 
 MUTANTS = [
     Mutant("no_tanh", "the tanh is missing: score = w_vᵀ tanh(W_q q + W_k k); without it the score is linear and splits into a query part plus a key part.", _NoTanh),
+    Mutant("tanh_on_each_projection", "the tanh was applied to each projection separately, tanh(W_q q) + tanh(W_k k): the score then splits into a query part plus a key part, the softmax over the keys cancels the query part, and every query gets the same weights. Apply one tanh to the sum: w_vᵀ tanh(W_q q + W_k k).", _TanhOnEachProjection),
     Mutant("tanh_after_w_v", "the tanh was applied after w_v: apply it to W_q q + W_k k (the hidden layer), then project with w_v.", _TanhOutside),
     Mutant("pairs_q_i_with_k_i", "score (i, j) does not pair query i with key j (q + k without unsqueeze pairs q_i with k_i only; `repeat` on both tiles the wrong query): broadcast W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1) to (B, S_q, S_k, attn_dim).", _PairsQiWithKi),
     Mutant("view_instead_of_transpose", "the scores were built as (B, S_k, S_q) and reshaped with view, which scrambles query and key: build them as (B, S_q, S_k) (query.unsqueeze(2) + keys.unsqueeze(1)) or use transpose.", _ViewNotTranspose),
@@ -430,7 +437,7 @@ EXERCISE = Exercise(
     forbidden=(SDPA, MHA),
     mutants=MUTANTS,
     variants=[Variant("other_parameter_order_einsum", _VOtherOrderEinsum),
-              Variant("decoder_steps_float64", _VDecoderStepsFloat64), Variant("expand_and_bmm", _VExpandCat)],
+              Variant("decoder_steps_float64", _VDecoderStepsFloat64, demo=True), Variant("expand_and_bmm", _VExpandCat)],
     output_names=("context", "weights"),
     rescale=_rescale,
     scale_names=_scale_names,
