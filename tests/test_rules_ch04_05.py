@@ -275,3 +275,15 @@ def test_demo_cells_that_call_learner_code_wait_for_it(chapter):
         needs = set(src.splitlines()[0].split()[1:])
         assert used <= needs, (chapter, i, sorted(used - needs))
         assert section_has_uses, (chapter, i, "the section calls a learner function without uses(...)")
+
+
+def test_masked_softmax_meets_a_row_of_very_negative_scores():
+    """Issue 16 §1: a max clamped at 0 (or a running max that starts at 0) returns zeros for a row
+    whose scores are all far below 0; a case has such a row, and the mistake is named."""
+    def masked_softmax(scores, mask):
+        s = scores.masked_fill(~mask, float("-inf"))
+        e = torch.exp(s - s.amax(dim=-1, keepdim=True).clamp_min(0.0))
+        return e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+
+    message = _verdict("masked_softmax", masked_softmax)
+    assert "far below 0" in message and "clamped at 0" in message, message

@@ -322,6 +322,8 @@ def _softmax_cases(seed: int) -> list:
     add("a masked key holds the largest score (300 above the rest)", s, hide)
     add("large-magnitude scores (|scores| ~ 500)", randn(2, 4, 6, gen=g, scale=500.0),
         random_padding_mask(2, 4, 6, g, fully_masked_row=True))
+    add("every score far below 0 (around -200), a fully masked row", randn(2, 4, 6, gen=g) - 200.0,
+        random_padding_mask(2, 4, 6, g, fully_masked_row=True))
     add("a key mask (S_k,) broadcast over every row", randn(2, 3, 5, gen=g), torch.tensor([True, False, True, True, False]))
     add("everything masked", randn(2, 3, gen=g), torch.zeros(2, 3, dtype=torch.bool))
     add("nothing masked", randn(3, 4, gen=g), torch.ones(3, 4, dtype=torch.bool))
@@ -410,6 +412,12 @@ def _msm_no_max(scores, mask):
     return e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)
 
 
+def _msm_max_clamped_at_zero(scores, mask):
+    s = scores.masked_fill(~mask, NEG_INF)
+    e = torch.exp(s - s.amax(dim=-1, keepdim=True).clamp_min(0.0))  # the max of a masked row is -inf: clamped to 0
+    return e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
 INPLACE_HINT = ("an in-place edit of the softmax's output (such as `w[w.isnan()] = 0`) gives the right forward "
                 "values but breaks autograd, which needs that output for the backward pass: build a new tensor "
                 "instead (torch.where(..., 0.0, w) or w.nan_to_num(0.0)).")
@@ -428,6 +436,7 @@ MASKED_SOFTMAX_MUTANTS = [
     Mutant("softmax_wrong_dim", "the softmax was taken over dim -2 instead of the last dim (the keys): each row must sum to 1.", _msm_wrong_dim),
     Mutant("softmax_dim_1", "the softmax was taken over dim 1, which is the last dim only for 2-D scores: for scores (B, H, S_q, S_k) it runs over the heads. Use dim=-1 (the keys).", _msm_dim_1),
     Mutant("exp_without_max", "the exponentials were taken without subtracting the row's max (exp(scores) * mask): a score of 300 overflows float32's exp (about 88 is the limit) to inf, and inf * 0 or inf / inf is NaN. Fill the masked scores with -inf and use torch.softmax, which subtracts the max.", _msm_no_max),
+    Mutant("max_clamped_at_zero", "the max subtracted for stability was clamped at 0 (clamp_min(0) to tame the -inf max of a fully masked row): for a row whose scores are all far below 0 (around -200) every exp then underflows to 0 and the row comes out all zeros. Subtract the row's own max, and replace only an infinite max (torch.where(torch.isinf(m), 0, m)).", _msm_max_clamped_at_zero),
     Mutant("inplace_nan_fix", INPLACE_HINT, _msm_inplace_nan_fix),
     Mutant("additive_inf_bias", ADDITIVE_HINT, _msm_additive_bias),
     Mutant("max_before_mask", "the max subtracted for stability was taken over every key, masked ones included: when a masked key holds a far larger score, every allowed key underflows to 0. Mask first (-inf), then take the max of what is left.", _msm_max_before_mask),
