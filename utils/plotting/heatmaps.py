@@ -106,11 +106,13 @@ def plot_attention(
     return _finish(fig, owned)
 
 
-def _mask_legend(fig, cbar_ax, owned):
+def _mask_legend(fig, cbar_ax, owned, label=None):
     """The legend entry of masked cells: under the figure when we own it; on a given ax, a short
     entry on top of the colorbar (the only free place that we know of in someone else's
     figure)."""
     handle = _masked_legend_handle()
+    if label:
+        handle.set_label(label)
     kw = dict(handlelength=1.6, handleheight=1.2, borderaxespad=0.0)
     if owned:
         fig.legend(handles=[handle], loc="outside lower right", **kw)
@@ -139,6 +141,7 @@ def plot_heads(
     cbar_label="weight",
     figsize=None,
     mask=None,
+    mask_label=None,
 ):
     """All heads of one example in a grid, on one shared colour scale (one colorbar).
 
@@ -152,7 +155,7 @@ def plot_heads(
     ``vmin=0.0`` / ``vmax=None`` (the max over all heads) set the shared scale.
     ``mask`` (bool, True = may attend; (S_q, S_k), (H, S_q, S_k) or anything that broadcasts
     to them) draws masked cells hatched grey in every panel, as in ``plot_attention``, with one
-    legend entry for the figure.
+    legend entry for the figure (``mask_label`` renames it, e.g. "never computed").
     Returns the ``Figure`` (H panels + 1 colorbar).
     """
     func = "plot_heads"
@@ -231,7 +234,7 @@ def plot_heads(
         if suptitle:
             fig.suptitle(_text(suptitle))
         if m is not None and not m.all():
-            _mask_legend(fig, None, True)
+            _mask_legend(fig, None, True, mask_label)
     return _finish(fig, True)
 
 
