@@ -60,11 +60,104 @@ def decode(value, depth=0):
     return value
 
 
+def _raiser(label, name):
+    from utils.checks._core import ForbiddenCall
+
+    def forbidden(*args, **kwargs):
+        raise ForbiddenCall(label, name)
+
+    forbidden.__name__ = name
+    return forbidden
+
+
+def _replace_everywhere(obj, replacement):
+    """Every module attribute and every torch.Tensor attribute that is ``obj`` now holds
+    ``replacement``: the original is no longer reachable by any name, from any thread."""
+    import torch
+
+    for mod in list(sys.modules.values()):
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for key, value in list(d.items()):
+            try:
+                if value is obj:
+                    d[key] = replacement
+            except Exception:  # noqa: BLE001 - an odd module
+                pass
+    for key, value in list(vars(torch.Tensor).items()):
+        if value is obj:
+            setattr(torch.Tensor, key, replacement)
+    name = getattr(obj, "__name__", None)
+    if name and getattr(torch._C.TensorBase, name, None) is obj:  # a method of the C base: shadow it
+        setattr(torch.Tensor, name, replacement)
+
+
+def _no_threads_or_processes():
+    """No new thread or process from here on: torch's function and dispatch modes, and every
+    patch of the checks, hold only in the thread that set them. The kernel refuses the clone
+    (RLIMIT_NPROC: the run's uid already has more tasks than 1; ignored only for root, which a
+    sandboxed process never is); Python's entry points raise as well."""
+    import resource
+
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
+    except (ValueError, OSError):
+        pass
+    import _thread
+    import threading
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("graded code may not start threads or processes")
+
+    for name in ("start_new_thread", "start_new", "start_joinable_thread"):
+        if hasattr(_thread, name):
+            setattr(_thread, name, refuse)
+    threading.Thread.start = refuse
+    threading._start_new_thread = refuse
+    if hasattr(threading, "_start_joinable_thread"):
+        threading._start_joinable_thread = refuse
+    for name in ("fork", "forkpty", "vfork", "posix_spawn", "posix_spawnp", "system", "popen", "execv", "execve",
+                 "execvp", "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnl", "spawnle"):
+        if hasattr(os, name):
+            setattr(os, name, refuse)
+        posix = sys.modules.get("posix")
+        if posix is not None and hasattr(posix, name):
+            setattr(posix, name, refuse)
+
+
+def lock_down(ex):
+    """Before any learner code runs in this exercise's process: the exercise's forbidden entry
+    points are replaced everywhere (a reference saved at definition time, or a call from another
+    thread, meets the replacement, not the original); the forbidden groups are copied, so a
+    definition that empties the check's lists changes nothing; no thread or process can start.
+    Returns the copied groups, which the guard uses."""
+    import torch
+
+    from utils.checks._core import Forbidden
+
+    groups = tuple(Forbidden(g.label, tuple(g.funcs), tuple(g.aten)) for g in ex.forbidden)
+    for g in groups:
+        for f in g.funcs:
+            owner = getattr(f, "_tripwire_owner", None)
+            if owner is not None:  # a Python entry point (nn.MultiheadAttention.forward, the autograd engine)
+                setattr(owner, f._tripwire_attr, f._tripwire_replacement(g.label))
+            else:
+                _replace_everywhere(f, _raiser(g.label, getattr(f, "__name__", str(f))))
+        if any(getattr(f, "_tripwire_attr", None) == "_execution_engine" for f in g.funcs):
+            # a new engine cannot be made either
+            torch._C._ImperativeEngine = _raiser(g.label, "_ImperativeEngine")
+            _replace_everywhere(torch.autograd.graph._engine_run_backward,
+                                _raiser(g.label, "_engine_run_backward"))
+    _no_threads_or_processes()
+    return groups
+
+
 def run_exercise(payload, chunks, out_name):
     """In a forked child: the learner's definitions, then the exercise's cases; raw outputs to
     ``out_name`` (up to and including the first case that raises or goes over its budget)."""
     from utils.checks import EXERCISES
-    from utils.checks._core import Budget, BudgetExceeded, Case, ForbiddenCall, _call_learner, case_seed, learner_code
+    from utils.checks._core import Budget, BudgetExceeded, Case, ForbiddenCall, case_seed, learner_code
 
     name = payload["exercise"]
     ex = EXERCISES[name]
@@ -79,11 +172,19 @@ def run_exercise(payload, chunks, out_name):
             cases.append(Case(**fields))
     del payload
 
+    from utils.checks._core import learner_code as _learner_code
+
+    groups = lock_down(ex)  # before any learner code
+    guard_budget = ex.case_budget
+
+    def call(case):  # the check's call, guarded by the copied groups (not ex.forbidden)
+        return ex.call(impl, case, guard=lambda: _learner_code(groups, guard_budget(case)))
+
     namespace = {"__name__": "learner"}
     failures = {}
     for chunk in chunks:
         try:
-            with learner_code():
+            with learner_code(groups):
                 exec(compile(chunk, "your notebook", "exec"), namespace)
         except BaseException as err:  # noqa: BLE001 - this definition cannot stand alone
             first = chunk.splitlines()[0][:80] if chunk else ""
@@ -101,7 +202,7 @@ def run_exercise(payload, chunks, out_name):
         for i, case in enumerate(cases):
             torch.manual_seed(case_seed(i))
             try:
-                out = _call_learner(ex, impl, case)
+                out = call(case)
             except ForbiddenCall as err:
                 result["error"] = f"{name} calls {err.label} ({err.func_name}), which this exercise forbids"
                 break

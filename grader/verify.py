@@ -77,7 +77,12 @@ DENY_ATTRS = {"_C", "ops", "_ops", "__wrapped__", "__globals__", "__builtins__",
               "tb_frame", "tb_next", "_disabled_torch_function_impl", "DisableTorchFunction",
               "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "overrides", "_python_dispatch",
               "TorchFunctionMode", "TorchDispatchMode", "library", "_dynamo", "compile", "_reference_init",
-              "_tripwire_owner", "_learner_depth", "modules_dict", "__class_getitem__"}
+              "_tripwire_owner", "_learner_depth", "modules_dict", "__class_getitem__",
+              # modules re-exported by others (`from torch import sys`, `torch.os`): the way to
+              # every other module, threads and processes. A first line only: the re-check child
+              # also removes forbidden entry points and blocks threads before learner code runs.
+              "sys", "os", "_os", "_sys", "threading", "_thread", "subprocess", "gc", "builtins", "importlib",
+              "ctypes", "inspect", "_execution_engine", "_ImperativeEngine"}
 ALLOWED_IMPORTS = {"torch", "math", "cmath", "numpy", "typing", "typing_extensions", "dataclasses", "functools",
                    "itertools", "collections", "operator", "abc", "enum", "numbers", "__future__", "random",
                    "statistics", "einops", "copy", "string", "warnings", "time", "fractions", "decimal",
