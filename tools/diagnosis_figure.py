@@ -7,6 +7,7 @@ nobody listed. Each rejection is classified by the lines of its message:
 * ``bank``: another mutant's hint (or the scale or budget diagnosis) says "Likely mistake: ...";
 * ``clue``: a generic diagnosis of the output says "Clue: ..." (transposed, a wrong normalisation
   dim, a constant factor or offset, a permutation, float32 precision, a mask off by one, ...);
+* ``which``: "Clue: out is right in every case; only weights is wrong" (which output is wrong);
 * ``share``: "What the failing cases share: ..." (a feature of the cases that tells the failing
   ones from the passing ones);
 * ``none``: only the first failing case and its largest error.
@@ -18,12 +19,13 @@ Run from the repository root (a few minutes: one failing check per mutant)::
     python tools/diagnosis_figure.py --show     # also print each generic line
 
 It prints one row per exercise and the totals: the share of rejections named by a generic
-diagnosis (clue), by a generic diagnosis including the shared-features line (clue or share), and
-by anything (bank, clue or share).
+diagnosis of the output (clue), by any generic line (clue, which or share), and
+by anything (bank, clue, which or share).
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from dataclasses import replace
@@ -41,6 +43,8 @@ def classify(message: str) -> set:
     for line in message.splitlines():
         if line.startswith(BANK):
             kinds.add("bank")
+        elif line.startswith(CLUE) and re.search(r" (is|are) right in every case; only ", line):
+            kinds.add("which")
         elif line.startswith(CLUE):
             kinds.add("clue")
         elif line.startswith(SHARE):
@@ -73,7 +77,7 @@ def figure(names=None, show: bool = False, out=print) -> dict:
 
     names = names or sorted(EXERCISES)
     totals = {"rejected": 0, "clue": 0, "generic": 0, "any": 0, "bank": 0, "passed": 0}
-    out("| exercise | mutants | rejected | bank | clue | clue or share | any |")
+    out("| exercise | mutants | rejected | bank | clue | clue, which or share | any |")
     out("|---|---|---|---|---|---|---|")
     start = time.time()
     for name in names:
@@ -83,7 +87,7 @@ def figure(names=None, show: bool = False, out=print) -> dict:
             "rejected": len(rejected),
             "bank": sum("bank" in k for _, k, _ in rejected),
             "clue": sum("clue" in k for _, k, _ in rejected),
-            "generic": sum(bool(k & {"clue", "share"}) for _, k, _ in rejected),
+            "generic": sum(bool(k & {"clue", "share", "which"}) for _, k, _ in rejected),
             "any": sum(bool(k) for _, k, _ in rejected),
             "passed": len(rows) - len(rejected),
         }
@@ -99,7 +103,7 @@ def figure(names=None, show: bool = False, out=print) -> dict:
     r = max(totals["rejected"], 1)
     out(f"\nrejected {totals['rejected']} (passed: {totals['passed']}); named by another mutant's hint "
         f"(bank): {totals['bank']} ({100 * totals['bank'] / r:.0f}%); by a generic clue: {totals['clue']} "
-        f"({100 * totals['clue'] / r:.0f}%); by a clue or the shared features: {totals['generic']} "
+        f"({100 * totals['clue'] / r:.0f}%); by a clue, which output or the shared features: {totals['generic']} "
         f"({100 * totals['generic'] / r:.0f}%); by anything: {totals['any']} ({100 * totals['any'] / r:.0f}%) "
         f"[{time.time() - start:.0f} s]")
     return totals

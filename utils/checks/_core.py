@@ -237,27 +237,47 @@ def run_module(cls, case: Case):
 
 
 def load_state_strict(module: nn.Module, state: dict, name: str, parameters_only: bool = False) -> None:
-    """Copy the reference's parameters into the learner's module, with a readable error.
+    """Copy the reference's parameters into the learner's module by the names the exercise gives.
 
-    ``parameters_only``: compare parameter names only, so the learner may keep buffers of their own
-    (e.g. a RoPE table) that the reference does not have.
+    Each name of ``state`` must reach a tensor of the learner's module (a parameter, or a buffer
+    where the reference keeps one) of the same shape, and gets that value. What the exercise does
+    not name is left alone: buffers of the learner's own (an ``eps`` or a RoPE table), and the same
+    parameter reachable under a second name (``linear1`` also held in an ``nn.Sequential``). A
+    parameter that none of the given names reaches is reported: the check would not set it.
+    ``parameters_only`` is kept for callers; buffers are never compared either way.
     """
-    mine = dict(module.named_parameters()) if parameters_only else module.state_dict()
-    missing = sorted(set(state) - set(mine))
-    unexpected = sorted(set(mine) - set(state))
-    if missing or unexpected:
+    params = dict(module.named_parameters(remove_duplicate=False))
+    buffers = dict(module.named_buffers(remove_duplicate=False))
+    missing = sorted(k for k in state if k not in params and k not in buffers)
+    loaded = {id(params[k]) for k in state if k in params}
+    unexpected = sorted({n for n, p in params.items() if id(p) not in loaded and n not in state})
+    # a parameter reachable under several names counts once, under its first name
+    seen, unique_unexpected = set(), []
+    for n in unexpected:
+        if id(params[n]) not in seen:
+            seen.add(id(params[n]))
+            unique_unexpected.append(n)
+    if missing or unique_unexpected:
+        expected = sorted(k for k in state if k in params or k not in buffers)
+        have = sorted({n for n, p in module.named_parameters()})
         raise CheckFailure(
-            f"{name} has parameters {sorted(mine)}, but the exercise expects {sorted(state)}"
+            f"{name} has parameters {have}, but the exercise expects {expected}"
             + (f" (missing {missing})" if missing else "")
-            + (f" (unexpected {unexpected})" if unexpected else "")
-            + ". Use the attribute names given in the exercise."
+            + (f" (extra parameters the exercise does not name, so the check cannot set them: {unique_unexpected})"
+               if unique_unexpected else "")
+            + ". Use the attribute names given in the exercise (buffers and other attributes are fine)."
         )
     for key, value in state.items():
-        if tuple(mine[key].shape) != tuple(value.shape):
+        target = params.get(key, buffers.get(key))
+        if not isinstance(target, torch.Tensor) or tuple(target.shape) != tuple(value.shape):
             raise CheckFailure(
-                f"{name}.{key} has shape {tuple(mine[key].shape)}, expected {tuple(value.shape)}."
+                f"{name}.{key} has shape {describe(target) if not isinstance(target, torch.Tensor) else tuple(target.shape)}, "
+                f"expected {tuple(value.shape)}."
             )
-    module.load_state_dict(state, strict=not parameters_only)
+    with torch.no_grad():
+        for key, value in state.items():
+            params.get(key, buffers.get(key)).copy_(value)
+
 
 
 def _input_names(exercise: Exercise, n_args: int) -> list:
@@ -266,10 +286,16 @@ def _input_names(exercise: Exercise, n_args: int) -> list:
     target = exercise.reference
     if exercise.kind == "class":
         target = getattr(target, "forward", target)
-    try:
-        params = [p for p in inspect.signature(target).parameters if p != "self"]
-    except (TypeError, ValueError):
-        params = []
+    def named(fn) -> list:
+        try:
+            return [n for n, p in inspect.signature(fn).parameters.items() if n not in ("self", "ctx")
+                    and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+        except (TypeError, ValueError):
+            return []
+
+    params = named(target)
+    if not params and isinstance(target, type) and issubclass(target, torch.autograd.Function):
+        params = named(target.forward)  # Function.apply(*args): the names of forward(ctx, ...)
     return params + [f"arg{i}" for i in range(len(params), n_args)]
 
 
@@ -303,7 +329,10 @@ def forward_and_grads(exercise: Exercise, impl, case: Case, guard: Callable = co
                 # float64 for floating-point parameters and buffers only (a complex RoPE table stays complex)
                 module._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
                 out = module(*args, **kwargs)
-            targets += [(f"dL/d{n}", p) for n, p in sorted(module.named_parameters()) if p.requires_grad]
+            state = (leaf_case.init or {}).get("state")  # by the names the exercise gives, aliases allowed
+            named = (sorted((n, p) for n, p in module.named_parameters(remove_duplicate=False) if n in state)
+                     if state else sorted(module.named_parameters()))
+            targets += [(f"dL/d{n}", p) for n, p in named if p.requires_grad]
         else:
             runner = exercise.run or run_function
             with guard():
@@ -1245,10 +1274,10 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
     # a constant factor or offset, for the whole tensor or per row
     c = float((gd * ed).sum() / (ed * ed).sum())
     if abs(c - 1) > 1e-3 and _close(c * ed, gd, atol, rtol):
-        return [(f"constant factor {c:.3g}", f"your {path} is the expected one times {_nice_number(c)} everywhere.")]
+        return [(f"constant factor={c!r}={path}", f"your {path} is the expected one times {_nice_number(c)} everywhere.")]
     shift = float((gd - ed).mean())
     if abs(shift) > atol and _close(ed + shift, gd, atol, rtol):
-        clues.append((f"constant offset {shift:.3g}", f"your {path} is the expected one plus {shift:.4g} everywhere."))
+        clues.append((f"constant offset={shift!r}={path}", f"your {path} is the expected one plus {shift:.4g} everywhere."))
         return clues
     if e.dim() >= 1 and e.shape[-1] >= 2 and e.numel() > e.shape[-1]:
         num, den = (gd * ed).sum(-1, keepdim=True), (ed * ed).sum(-1, keepdim=True)
@@ -1337,10 +1366,12 @@ def _reshape_clue(e: torch.Tensor, g: torch.Tensor, path: str) -> list:
 
 
 def _mask_clues(e: torch.Tensor, g: torch.Tensor, path: str) -> list:
+    if g.dtype != torch.bool or e.numel() == 0:
+        return _reshape_clue(e, g, path) if g.shape != e.shape else []
+    if e.dim() >= 2 and tuple(g.shape) == tuple(e.mT.shape) and bool((e.mT == g).all()) and not bool((e.mT == e).all()):
+        return [("transposed", f"your {path} is the expected one transposed in its last two dims.")]
     if g.shape != e.shape:
         return _reshape_clue(e, g, path)
-    if g.dtype != torch.bool or e.numel() == 0:
-        return []
     if bool((g == ~e).all()):
         return [("negated mask", f"your {path} is the exact negation of the expected one (True and False swapped).")]
     if e.dim() >= 2 and e.shape[-1] >= 2 and e.shape[-2] >= 2:
@@ -1365,7 +1396,7 @@ def _mask_clues(e: torch.Tensor, g: torch.Tensor, path: str) -> list:
                                            f"position{'s' if abs(k) > 1 else ''} than expected: its boundary is off by "
                                            f"{abs(k)} (< versus <=, or a length off by one).")]
     for dim in range(e.dim()):
-        if e.shape[dim] < 2:
+        if e.shape[dim] < 3:
             continue
         for s in (1, -1):
             body = e.narrow(dim, 0, e.shape[dim] - 1) if s == 1 else e.narrow(dim, 1, e.shape[dim] - 1)
@@ -1385,10 +1416,63 @@ def _scalar_clue(e, g, path: str, atol: float, rtol: float) -> list:
         return []
     if not (math.isfinite(ev) and math.isfinite(gv)) or abs(gv - ev) <= atol + rtol * abs(ev):
         return []
-    clues = [(f"constant offset {gv - ev:.3g}", f"your {path} is the expected value plus {gv - ev:.4g}.")]
+    clues = [(f"constant offset={gv - ev!r}={path}", f"your {path} is the expected value plus {gv - ev:.4g}.")]
     if ev != 0:
-        clues.append((f"constant factor {gv / ev:.3g}", f"your {path} is the expected value times {_nice_number(gv / ev)}."))
+        clues.append((f"constant factor={gv / ev!r}={path}", f"your {path} is the expected value times {_nice_number(gv / ev)}."))
     return clues
+
+
+def _size_forms(exercise: Exercise, case: Case) -> dict:
+    """{(form, name, dim): value} for the sizes of a case's tensors: n, 1/n, √n, 1/√n."""
+    forms = {}
+    for name, t in _named_inputs(exercise, case):
+        if not isinstance(t, torch.Tensor):
+            continue
+        for d in range(-t.dim(), 0):
+            n = t.shape[d]
+            if n < 2:
+                continue
+            for form, value in (("{}", n), ("1/{}", 1 / n), ("√({})", math.sqrt(n)), ("1/√({})", 1 / math.sqrt(n))):
+                forms[(form, name, d)] = value
+    return forms
+
+
+def _merge_constants(exercise: Exercise, cases: list, per_kind: dict) -> None:
+    """Join the constant factors (offsets) of one output found in several cases: the same value,
+    or a value that follows one size of the inputs (√D), or values that change with the case."""
+    groups: dict = {}
+    for kind in [k for k in per_kind if k.startswith(("constant factor=", "constant offset=")) or k.endswith(" (scalar)")]:
+        scalar = kind.endswith(" (scalar)")
+        what, value, path = kind.removesuffix(" (scalar)").split("=", 2)
+        for i, msg in per_kind.pop(kind):
+            groups.setdefault((what, path), []).append((i, float(value), msg, scalar))
+    for (what, path), hits in groups.items():
+        values = [v for _, v, _, _ in hits]
+        if len(hits) == 1 and hits[0][3]:
+            continue  # a single number is always the expected one times something
+        if all(abs(v - values[0]) <= 1e-3 * max(abs(values[0]), 1e-12) for v in values):
+            i, _, msg, _ = hits[0]
+            per_kind[f"{what} {values[0]:.4g} {path}"] = [(i, msg) for i, _, msg, _ in hits]
+            continue
+        op = "times" if what == "constant factor" else "plus"
+        shared = None
+        if what == "constant factor":
+            common = None
+            for i, v, _, _ in hits:
+                here = {k for k, x in _size_forms(exercise, cases[i]).items() if abs(x - v) <= 1e-3 * abs(v)}
+                common = here if common is None else common & here
+            if common:
+                shared = sorted(common, key=lambda k: (len(k[0]), k[1], k[2]))[0]
+        examples = "; ".join(f"{_nice_number(v) if what == 'constant factor' else f'{v:.4g}'} in [{cases[i].label}]"
+                             for i, v, _, _ in hits[:2])
+        if shared is not None:
+            form, name, d = shared
+            size = form.format(f"{name}.shape[{d}]")
+            msg = f"your {path} is the expected one {op} {size} (e.g. {examples})."
+        else:
+            msg = f"your {path} is the expected one {op} a constant that changes from case to case ({examples})."
+        per_kind[f"varying {what} {path}" if len(hits) > 1 else f"{what} {path}"] = [(hits[0][0], msg)] + \
+            [(i, "") for i, _, _, _ in hits[1:]]
 
 
 def output_clues(exercise: Exercise, cases: list, outputs: list, expected: list, failed: list,
@@ -1406,10 +1490,13 @@ def output_clues(exercise: Exercise, cases: list, outputs: list, expected: list,
         atol, rtol = tolerance(exercise, case)
         first = None
         for path, e, g in _leaves(expected[i], out):
+            tensor = isinstance(e, torch.Tensor)
             if compare(e, g, atol, rtol, path) is None:
-                right_paths.add(path)
+                if tensor:  # "right in every case" is said of tensors (not of a shape or a count)
+                    right_paths.add(path)
                 continue
-            wrong_paths.add(path)
+            if tensor:
+                wrong_paths.add(path)
             if first is None:
                 first = (path, e, g)
         if first is None:
@@ -1432,24 +1519,22 @@ def output_clues(exercise: Exercise, cases: list, outputs: list, expected: list,
             found = []
         for kind, msg in found:
             per_kind.setdefault(kind, []).append((i, msg))
-    for kind in [k for k in per_kind if k.endswith(" (scalar)")]:
-        # a single number is always the expected one times something: only a factor (or an
-        # offset) that several cases share says anything; tensors' factors join them
-        hits = per_kind.pop(kind)
-        base = kind[: -len(" (scalar)")]
-        if base in per_kind or len(hits) >= 2:
-            per_kind.setdefault(base, []).extend(hits)
+    _merge_constants(exercise, cases, per_kind)
     lines = []
     ran = "" if checked == len(failed) else " compared with the reference output"
-    for kind, hits in per_kind.items():
+    # the clues seen in the most cases first, at most two
+    for kind, hits in sorted(per_kind.items(), key=lambda kv: -len(kv[1]))[:2]:
         i, msg = hits[0]
         if len(hits) == checked and checked > 1:
-            where = f"in all {checked} failing cases{ran}"
+            where = "in both failing cases" if checked == 2 else f"in all {checked} failing cases{ran}"
+            if kind.startswith("varying "):
+                where = ""
         elif len(hits) == 1:
             where = f"in case [{cases[i].label}]"
         else:
             where = f"in {len(hits)} of the {checked} failing cases{ran}, e.g. [{cases[i].label}]"
-        lines.append(f"{where[0].upper()}{where[1:]}, {msg}")
+        text = f"{where}, {msg}" if where else msg
+        lines.append(text[0].upper() + text[1:])
     grads = {p for p in wrong_paths if p.startswith("dL/d")}
     if checked and grads and grads == wrong_paths:
         right = sorted(p for p in right_paths if not p.startswith("dL/d"))
