@@ -79,6 +79,8 @@ def check_number(answer, key: str | None = None, decimals: int = 2, why: str | N
     With ``key`` (``quiz_key(value, decimals, qid=qid)``) it says at once whether the answer,
     rounded to ``decimals`` places, is right; ``why`` and ``hint`` as in :func:`check_choice`.
     """
+    if answer is None or answer is ...:
+        raise CheckFailure("Set your answer to a number (a literal, or an expression that evaluates to one).")
     if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
         raise CheckFailure(f"The answer should be a number (int or float); got {answer!r}.")
     if not math.isfinite(float(answer)):
