@@ -347,11 +347,22 @@ HIDDEN_MARKERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN SOLUTION", "E
 def neutralise(nb) -> None:
     """Make the stored notebook safe to show: formgrader and the feedback HTML render it.
 
-    Learner HTML (outputs, written answers) is sanitised (no script, no event handler, no
-    iframe); JavaScript and SVG outputs are dropped; nbgrader's markers typed into a learner's own
-    cell are defused, so they cannot break `make feedback`."""
+    What is finally rendered is what is sanitised (issue 18 §4):
+
+    * learner **markdown** (an answer cell, or a ``text/markdown`` output) is rendered as
+      markdown: it keeps no raw HTML at all (every ``<`` is escaped, so no tag, SVG, style or
+      autolink survives), and every link or image destination that is not ``http(s)://`` or a
+      ``#fragment`` (``javascript:``, ``data:``, ``vbscript:``, entities, escapes) becomes ``#``;
+    * learner **HTML** (``text/html`` outputs) is cleaned by bleach (a few tags, ``href`` with
+      http/https only, no style, no event handler) within a bounded amount of work: bleach's cost
+      grows faster than the number of tags, so a field with more than ``HTML_MAX_TAGS`` tags, or
+      any once the notebook's ``HTML_NOTEBOOK_TAGS`` are spent, is shown escaped, as text (linear);
+    * JavaScript, SVG and every other output type are dropped; attachments are dropped;
+      nbgrader's markers typed into a learner's own cell are defused, so they cannot break
+      `make feedback`."""
     import bleach
 
+    budget = [HTML_NOTEBOOK_TAGS]
     for cell in nb.cells:
         learner = is_answer(cell) or not nbg(cell)
         if learner and isinstance(cell.get("source"), str):
@@ -359,25 +370,51 @@ def neutralise(nb) -> None:
             for marker in HIDDEN_MARKERS:
                 src = src.replace(marker, marker.replace(" ", "_").lower())
             if cell.cell_type == "markdown":
-                src = _clean_html(bleach, src)
+                src = safe_markdown(src)
+                cell.pop("attachments", None)
             cell.source = src
         for out in cell.get("outputs", []):
             data = out.get("data")
             if isinstance(data, dict):
                 for key in list(data):
                     if key == "text/html":
-                        data[key] = _clean_html(bleach, _text(data[key]))
+                        data[key] = _clean_html(bleach, _text(data[key]), budget)
                     elif key == "text/markdown":
-                        data[key] = _clean_html(bleach, _text(data[key]))
+                        data[key] = safe_markdown(_text(data[key]))
                     elif key not in ("text/plain", "image/png"):
                         del data[key]
 
 
 SAFE_TAGS = {"a", "b", "i", "em", "strong", "code", "pre", "p", "br", "ul", "ol", "li", "table", "thead", "tbody",
              "tr", "th", "td", "span", "div", "sub", "sup", "h1", "h2", "h3", "h4", "blockquote", "hr"}
+HTML_MAX_TAGS = 1000  # per HTML field: bleach took 0.25 s for 1000 nested tags, 352 s for 20,000
+HTML_NOTEBOOK_TAGS = 5000  # per notebook, all fields together
+
+_SAFE_URL = re.compile(r"(https?://[A-Za-z0-9\-._~/?#\[\]@!$'*+,;=%:]*|#[A-Za-z0-9\-_.:]*)")
+_INLINE_DEST = re.compile(r"(\]\s*\(\s*)(<[^>\n]*>|[^\s)]*)")
+_REF_DEST = re.compile(r"^( {0,3}\[[^\]\n]+\]:\s*)(<[^>\n]*>|\S+)", re.M)
 
 
-def _clean_html(bleach, text: str) -> str:
+def _dest(match) -> str:
+    dest = match.group(2)
+    inner = dest[1:-1] if dest.startswith("<") and dest.endswith(">") else dest
+    return match.group(1) + (dest if _SAFE_URL.fullmatch(inner) else "#")
+
+
+def safe_markdown(text: str) -> str:
+    """Learner markdown as it may be rendered: no raw HTML, links and images to http(s) or #."""
+    text = _REF_DEST.sub(_dest, _INLINE_DEST.sub(_dest, text))
+    return text.replace("<", "&lt;")
+
+
+def _clean_html(bleach, text: str, budget: list | None = None) -> str:
+    import html
+
+    tags = text.count("<")
+    if tags > HTML_MAX_TAGS or (budget is not None and tags > budget[0]) or len(text) > 2_000_000:
+        return "<pre>" + html.escape(text[:200_000]) + ("\n... [output truncated]" if len(text) > 200_000 else "") + "</pre>"
+    if budget is not None:
+        budget[0] -= tags
     return bleach.clean(text, tags=SAFE_TAGS, attributes={"a": ["href", "title"], "span": ["class"], "div": ["class"]},
                         protocols={"http", "https"}, strip=False)
 

@@ -387,6 +387,9 @@ def _judge(ex, cases: list, data: bytes | None, note: str, res, output: str, ext
     name = ex.name
     loaded = None
     if data is not None:
+        bomb = _expansion_problem(data)
+        if bomb:
+            return Verdict(False, f"the independent re-run's result file was refused ({bomb}){extra}")
         try:
             loaded = torch.load(io.BytesIO(data), weights_only=True)
         except Exception:  # noqa: BLE001 - a forged or truncated file: no result
@@ -421,6 +424,27 @@ def _judge(ex, cases: list, data: bytes | None, note: str, res, output: str, ext
     if len(outs) != len(cases):
         return Verdict(False, "the independent re-run returned the wrong number of results")
     return Verdict(True)
+
+
+def _expansion_problem(data: bytes) -> str | None:
+    """Why a result file written in the sandbox may not be loaded, or None. ``torch.save`` writes
+    an uncompressed zip: a file with a compressed member (8 MB of deflated zeros expanded to 8.4
+    GiB in the grading process), or whose members add up to more than it holds, is refused before
+    ``torch.load`` reads anything, so loading never allocates more than the file's own size."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError):
+        return "it is not the zip file torch.save writes"
+    if len(infos) > 10_000:
+        return "it has too many members"
+    if any(i.compress_type != zipfile.ZIP_STORED for i in infos):
+        return "it holds compressed data, which torch.save never writes"
+    if sum(i.file_size for i in infos) > len(data):
+        return "its members claim more bytes than the file holds"
+    return None
 
 
 def _payload(name: str, cases: list, seed: int) -> dict:

@@ -306,3 +306,95 @@ def test_every_quiz_grades_what_its_visible_check_shows(assignment, gid):
         if grade != seen or (check is not None and seen != expected):
             disagree.append(f"{src!r}: visible {seen}, grade {grade}, expected {expected}")
     assert not disagree, f"{assignment} {gid}:\n" + "\n".join(disagree)
+
+
+# ----------------------------------------------- 18 §3 and §4: bombs and scripts, without grading
+def test_a_decompression_bomb_is_refused_before_it_is_loaded():
+    import io
+    import zipfile
+
+    import torch
+
+    from grader.verify import _expansion_problem
+
+    honest = io.BytesIO()
+    torch.save({"outputs": [torch.randn(4, 4), 1.5, [torch.zeros(2)]]}, honest)
+    assert _expansion_problem(honest.getvalue()) is None
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("archive/data.pkl", bytes(64 * 2**20))
+    assert len(bomb.getvalue()) < 2**20
+    assert "compressed" in _expansion_problem(bomb.getvalue())
+    assert _expansion_problem(b"not a zip") is not None
+
+
+SCRIPTS = ("javascript:", "data:", "vbscript:", "<svg", "<style", "onload", "onerror", "<script", "style=")
+
+
+def _rendered_links_and_tags(html_text):
+    """Every href/src value and every tag name in rendered HTML."""
+    from html.parser import HTMLParser
+
+    found = []
+
+    class P(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.append(("tag", tag))
+            for k, v in attrs:
+                found.append((k, (v or "").strip().lower()))
+
+    P().feed(html_text)
+    return found
+
+
+def test_what_is_finally_rendered_has_no_script_link_svg_data_uri_or_css():
+    """Learner markdown is sanitised as markdown (what formgrader and the feedback render), not as
+    HTML; markdown links, images, reference links, SVG, data URIs and CSS, in an answer cell and in
+    Markdown and HTML outputs."""
+    import nbformat
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    from grader.pipeline import neutralise
+    from grader.samples.ch03_round2 import SCRIPT_DERIVATION
+
+    md = SCRIPT_DERIVATION + "\n\n[x](<javascript:alert(8)>) [y](\njavascript:alert(9)) [ok](https://example.org/a#b)"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(md), nbformat.v4.new_code_cell("x")])
+    nb.cells[1].outputs = [nbformat.v4.new_output("display_data", data={
+        "text/markdown": "[see](javascript:alert(7)) ![x](data:text/html;base64,PHNjcmlwdD4=)",
+        "text/html": '<a href="javascript:alert(1)">a</a><svg onload=alert(1)></svg><img src=x onerror=alert(1)>'
+                     '<a href="data:text/html,x">d</a><p style="position:fixed">p</p><style>*{}</style>',
+        "image/svg+xml": "<svg onload=alert(1)/>"})]
+    neutralise(nb)
+    rendered = [markdown2html_mistune(nb.cells[0].source), markdown2html_mistune(nb.cells[1].outputs[0]["data"]["text/markdown"]),
+                nb.cells[1].outputs[0]["data"]["text/html"]]
+    for html_text in rendered:
+        for kind, value in _rendered_links_and_tags(html_text):
+            if kind in ("href", "src"):
+                assert value.startswith(("http://", "https://", "#")), (value, html_text)
+            assert kind not in ("style",) and not kind.startswith("on"), (kind, html_text)
+            if kind == "tag":
+                assert value not in ("script", "svg", "style", "iframe", "object", "embed", "math"), (value, html_text)
+    assert "image/svg+xml" not in nb.cells[1].outputs[0]["data"]
+    assert "https://example.org/a#b" in rendered[0]  # an ordinary link survives
+
+
+def test_the_sanitiser_is_bounded():
+    """20,000 nested tags took 352 s: a field over HTML_MAX_TAGS is escaped (linear), and the
+    notebook's total is capped, so a full 8 MiB notebook costs seconds."""
+    import nbformat
+
+    from grader import pipeline
+
+    bomb = '<b title="x">' * 20000 + "bomb" + "</b>" * 20000
+    near = '<b title="x">' * (pipeline.HTML_MAX_TAGS // 4) + "x" + "</b>" * (pipeline.HTML_MAX_TAGS // 4)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(bomb)] + [
+        nbformat.v4.new_code_cell("x") for _ in range(30)])
+    for cell in nb.cells[1:]:
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": near}),
+                        nbformat.v4.new_output("display_data", data={"text/html": bomb})]
+    start = time.monotonic()
+    pipeline.neutralise(nb)
+    took = time.monotonic() - start
+    print(f"\nsanitising 31 bombs of 20,000 tags and 30 fields of {pipeline.HTML_MAX_TAGS // 4} tags: {took:.1f} s")
+    assert took < 30, took
+    assert "&lt;b" in nb.cells[1].outputs[1]["data"]["text/html"]

@@ -4,6 +4,12 @@ score: no points gained, nothing leaked, every other student's score unchanged.
 * links in an upload: an assignment folder that is a symbolic link to a peer's folder, and a
   notebook that is a link to the course's solution (a student folder that is a link is skipped
   before grading: tests/test_grader_round2.py);
+* forbidden calls: F.scaled_dot_product_attention from a new thread (hostile_thread), and through
+  a reference saved by a class body that also empties the check's forbidden lists (hostile_unlock;
+  chapter 08's saved autograd engine is in ch08_round2.py);
+* bombs and scripts (hostile_unlock, beside the unlock): a decompression bomb as a re-check
+  result, a sanitiser bomb, javascript:/data: links, SVG and CSS in the hand-graded derivation and
+  in a Markdown output.
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from .. import course
-from .bank import A, ZERO, _set, _src, _with, correct
+from .bank import A, ZERO, _append, _set, _src, _with, correct
 
 
 def _link_folder_to_peer(folder: Path) -> None:
@@ -88,11 +94,53 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
     out = Settings.saved(q, k, v, attn_mask=mask)
     return out.nan_to_num(0.0), w''')
 
+# ------------------------------------------------------ 18 §3 and §4: bombs and script links
+# dot_product_variance writes a zip whose compressed member expands to 256 MiB of zeros as its
+# result file, then exits before the child can overwrite it: refused before torch.load reads it.
+DECOMPRESSION_BOMB = _src('''
+import operator
+import torch
+
+def dot_product_variance(d_k, n_samples, scaled):
+    modules = operator.attrgetter("sy" + "s")(torch).modules
+    os_ = modules["o" + "s"]
+    zipfile = modules["importlib"].import_module("zipfile")
+    for name in os_.listdir("."):
+        if name.startswith("outputs_"):
+            with zipfile.ZipFile(name, "w", zipfile.ZIP_DEFLATED) as zf:
+                with zf.open("archive/data.pkl", "w", force_zip64=True) as f:
+                    block = bytes(2**20)
+                    for _ in range(256):
+                        f.write(block)
+    os_._exit(0)
+''')
+
+# The hand-graded derivation and a Markdown output carry javascript:, data: and entity-encoded
+# links, SVG, style and event handlers; an HTML output holds 20,000 nested tags (bleach took 352 s).
+SCRIPT_DERIVATION = _src('''
+The variance is d_k. [Click for the proof](javascript:fetch('/api/x').then(alert)) and
+[also here](jav&#x61;script:alert(2)), ![figure](data:image/svg+xml;base64,PHN2ZyBvbmxvYWQ9YWxlcnQoMyk+),
+[ref][r], <svg onload=alert(4)></svg> <style>body{display:none}</style> <a href="javascript:alert(5)">x</a>
+
+[r]: javascript:alert(6)
+''')
+
+SCRIPT_OUTPUTS = _src('''
+from IPython.display import HTML, Markdown, display
+display(Markdown("[see the result](javascript:alert(7)) ![x](data:text/html;base64,PHNjcmlwdD4=)"))
+display(HTML('<b title="x">' * 20000 + "bomb" + "</b>" * 20000))
+''')
+
 SAMPLES.update({
     "hostile_thread": ("from-scratch SDPA calls F.scaled_dot_product_attention in a new thread (threading via sys.modules)",
                        lambda: _set(correct(), "scaled_dot_product_attention", THREAD),
                        _with(scaled_dot_product_attention=0)),
-    "hostile_unlock": ("a class body empties SDPA's forbidden lists at definition time and saves F.scaled_dot_product_attention",
-                       lambda: _set(correct(), "scaled_dot_product_attention", UNLOCK),
-                       _with(scaled_dot_product_attention=0)),
+    "hostile_unlock": ("a class body empties SDPA's forbidden lists at definition time and saves "
+                       "F.scaled_dot_product_attention; dot_product_variance hands back a decompression bomb; "
+                       "javascript:/data: links, SVG and CSS in the derivation and a Markdown output; a sanitiser "
+                       "bomb of 20,000 nested tags",
+                       lambda: _append(_set(_set(_set(correct(), "scaled_dot_product_attention", UNLOCK),
+                                                 "dot_product_variance", DECOMPRESSION_BOMB),
+                                            "derivation_variance", SCRIPT_DERIVATION), SCRIPT_OUTPUTS),
+                       _with(scaled_dot_product_attention=0, dot_product_variance=0)),
 })
