@@ -156,3 +156,23 @@ def test_chapter_15_pins_the_contenders_colours_in_both_figures():
     colours = [s[s.index("set_colors({"):s.index("})", s.index("set_colors({"))] for s in pinned]
     assert colours[0] == colours[1]
     assert len(set(c for c in colours[0].split('"') if c.startswith("#"))) == 6  # six distinct colours
+
+
+def _solution_tinygpt(edit):
+    ns = {}
+    exec(next(s for s, c in _cells(NB14) if "def apply_rope" in s), ns)
+    src = next(s for s, c in _cells(NB14) if c["metadata"].get("nbgrader", {}).get("grade_id") == "TinyGPT")
+    exec(edit(src), ns)
+    return ns["TinyGPT"]
+
+
+def test_tinygpt_names_a_tied_head_and_a_layernorm_eps_the_prompt_does_not_state():
+    head = "        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)\n"
+    tied = _solution_tinygpt(lambda s: s.replace(head, head + "        self.lm_head.weight = self.tok_emb.weight\n"))
+    with pytest.raises(CheckFailure) as info:
+        check_TinyGPT(tied)
+    assert "tied to tok_emb.weight" in str(info.value)
+    eps = _solution_tinygpt(lambda s: s.replace("nn.LayerNorm(d_model)", "nn.LayerNorm(d_model, eps=1e-6)"))
+    with pytest.raises(CheckFailure) as info:
+        check_TinyGPT(eps)
+    assert "eps = 1e-06" in str(info.value)  # named, not reported as a gradient error

@@ -63,8 +63,29 @@ def _build(cls, case: Case, state: dict) -> nn.Module:
         module = cls(*case.init["ctor"])
     if not isinstance(module, nn.Module):
         raise CheckFailure(f"{cls.__name__}(...) should build an nn.Module, got {type(module).__name__}.")
+    _contract_diagnosis(module, cls.__name__)
     load_state_strict(module, {k: v.detach().float() for k, v in state.items()}, cls.__name__, parameters_only=True)
     return module.eval()
+
+
+TIED_HEAD = ("lm_head.weight is tied to tok_emb.weight (one tensor for both); the prompt says lm_head is "
+             "nn.Linear(d_model, vocab_size, bias=False) with its own weight, not tied.")
+
+
+def _contract_diagnosis(module: nn.Module, name: str) -> None:
+    """Two things the contract states that would otherwise show only as wrong numbers: an untied
+    LM head, and LayerNorms with eps 1e-5 (a learner's own LayerNorm may keep eps any way it likes;
+    only a numeric attribute named eps is read)."""
+    w_emb = getattr(getattr(module, "tok_emb", None), "weight", None)
+    w_head = getattr(getattr(module, "lm_head", None), "weight", None)
+    if isinstance(w_emb, torch.Tensor) and isinstance(w_head, torch.Tensor) and w_emb.data_ptr() == w_head.data_ptr():
+        raise CheckFailure(f"{name}: {TIED_HEAD}")
+    for path, sub in module.named_modules():
+        if path.rsplit(".", 1)[-1] in ("norm1", "norm2", "norm_f"):
+            eps = getattr(sub, "eps", None)
+            if isinstance(eps, (int, float)) and not isinstance(eps, bool) and not math.isclose(eps, 1e-5, rel_tol=1e-3):
+                raise CheckFailure(f"{name}: {path} has eps = {eps:g}; the prompt says LayerNorm(d_model) with "
+                                   f"eps 1e-5 (nn.LayerNorm's default).")
 
 
 def _to_float64(module: nn.Module) -> None:
