@@ -116,6 +116,17 @@ SB_SUM_EVERYTHING = ("the sum Σ_j grad_a_j a_j ran over the whole tensor (no di
 SB_NO_KEEPDIM = ("the row sum lost its last dim (no keepdim=True), so it broadcasts against the wrong dim of a: "
                  "use (grad_a * a).sum(dim=-1, keepdim=True).")
 
+SB_FLOAT32_INSIDE = ("a float32 tensor was made inside (torch.zeros(...) without dtype=, or a .float()): the row sum "
+                     "has float32 precision (~1e-7 relative) in a float64 case; keep the inputs' dtype, "
+                     "e.g. torch.zeros(..., dtype=a.dtype) or simply (grad_a * a).sum(dim=-1, keepdim=True).")
+
+
+def _sb_float32_inside(a, grad_a):
+    dot = torch.zeros(a.shape[:-1] + (1,))  # float32: no dtype given
+    dot += (grad_a * a).sum(dim=-1, keepdim=True)
+    return a * (grad_a - dot)
+
+
 SOFTMAX_BACKWARD_MUTANTS = [
     Mutant("no_subtraction", SB_NO_SUBTRACTION, _sb_no_subtraction),
     Mutant("wrong_reduction_dim", SB_WRONG_DIM, _sb_wrong_dim),
@@ -124,6 +135,7 @@ SOFTMAX_BACKWARD_MUTANTS = [
     Mutant("log_softmax_backward", SB_LOG_SOFTMAX, _sb_log_softmax),
     Mutant("sum_over_everything", SB_SUM_EVERYTHING, lambda a, grad_a: a * (grad_a - (grad_a * a).sum())),
     Mutant("sum_without_keepdim", SB_NO_KEEPDIM, lambda a, grad_a: a * (grad_a - (grad_a * a).sum(dim=-1))),
+    Mutant("float32_tensor_made_inside", SB_FLOAT32_INSIDE, _sb_float32_inside),
 ]
 
 
@@ -153,7 +165,7 @@ SOFTMAX_BACKWARD_EXERCISE = Exercise(
     make_cases=_softmax_backward_cases,
     forbidden=(AUTOGRAD, SOFTMAX_BACKWARD),
     mutants=SOFTMAX_BACKWARD_MUTANTS,
-    variants=[Variant("explicit_jacobian", _v_sb_jacobian), Variant("expanded_einsum", _v_sb_expanded),
+    variants=[Variant("explicit_jacobian", _v_sb_jacobian, demo=True), Variant("expanded_einsum", _v_sb_expanded),
               Variant("row_loops_assert", _v_sb_loops)],
     atol=ATOL,
     rtol=RTOL,
@@ -411,7 +423,7 @@ SDPA_BACKWARD_EXERCISE = Exercise(
     run=_run_sdpa_backward,
     forbidden=(AUTOGRAD, SDPA, SOFTMAX_BACKWARD),
     mutants=SDPA_BACKWARD_MUTANTS,
-    variants=[Variant("einsum_own_softmax", _v_bw_einsum), Variant("jacobian_scale_folded_into_q", _v_bw_jacobian)],
+    variants=[Variant("einsum_own_softmax", _v_bw_einsum), Variant("jacobian_scale_folded_into_q", _v_bw_jacobian, demo=True)],
     atol=ATOL,
     rtol=RTOL,
     output_names=("dq", "dk", "dv"),
@@ -678,7 +690,7 @@ FUNCTION_EXERCISE = Exercise(
     output_names=("out", "dq", "dk", "dv"),
     rescale=_scale_rescaler(_run_function, 1),
     scale_names=_scale_names,
-    variants=[Variant("saves_weights_einsum", _VFunctionSavesWeights),
+    variants=[Variant("saves_weights_einsum", _VFunctionSavesWeights, demo=True),
               Variant("setup_context_style", _VFunctionSetupContext)],
     contract="""Attention as a torch.autograd.Function whose backward is your hand-derived one.
 
