@@ -300,6 +300,11 @@ def _lse_inplace_input(x, dim=-1):
     return (m + torch.log(torch.exp(x).sum(dim=dim, keepdim=True))).squeeze(dim)
 
 
+def _lse_log1p(x, dim=-1):
+    m = x.amax(dim=dim, keepdim=True)
+    return (m + torch.log1p(torch.exp(x - m).sum(dim=dim, keepdim=True))).squeeze(dim)
+
+
 def _lse_log_of_mean(x, dim=-1):
     m = x.amax(dim=dim, keepdim=True)
     return (m + torch.log(torch.exp(x - m).mean(dim=dim, keepdim=True))).squeeze(dim)
@@ -315,6 +320,7 @@ LOGSUMEXP_MUTANTS = [
     Mutant("max_without_keepdim", "the max was taken without keepdim=True, so x - m broadcasts against the wrong axis (it fails, or subtracts another slice's max): take m = x.amax(dim=dim, keepdim=True) for the exp, and squeeze `dim` at the end.", _lse_max_no_keepdim),
     Mutant("squeeze_every_dim", "squeeze() without an argument removed every size-1 dim, not only `dim`: use .squeeze(dim).", _lse_squeeze_all),
     Mutant("inplace_input", INPLACE_INPUT_HINT, _lse_inplace_input),
+    Mutant("log1p_of_sum", "you took log1p of the sum, log(1 + sum(exp(x - m))): the sum already contains the max's own term exp(0) = 1, so log1p adds 1 more; use torch.log of the sum.", _lse_log1p),
     Mutant("log_of_mean", "you took the log of the mean of the exponentials, not of their sum (off by log n): use .sum(dim=dim).", _lse_log_of_mean),
 ]
 

@@ -343,6 +343,10 @@ def _pool_args_swapped(query, keys, values, score_fn, mask=None):
     return _pool(score_fn(keys, query), values, mask)
 
 
+def _pool_args_swapped_transposed(query, keys, values, score_fn, mask=None):
+    return _pool(score_fn(keys, query).transpose(-2, -1), values, mask)
+
+
 def _pool_bmm(query, keys, values, score_fn, mask=None):
     _, w = _pool(score_fn(query, keys), values, mask)
     return torch.bmm(w, values), w  # (B, S, S) only
@@ -397,6 +401,7 @@ POOLING_MUTANTS = [
     Mutant("nan_fully_masked", "a fully masked row gave NaN: softmax over a row of -inf is 0/0; replace those rows with zeros (e.g. nan_to_num or torch.where).", _pool_nan_rows),
     Mutant("context_from_keys", "the context averages the keys: the weights say how much of each *value* to take, so context = weights @ values.", _pool_context_from_keys),
     Mutant("score_fn_args_swapped", "score_fn was called as score_fn(keys, query): its arguments are (query, keys), and it returns scores (..., S_q, S_k).", _pool_args_swapped),
+    Mutant("score_fn_args_swapped_transposed", "score_fn was called as score_fn(keys, query) and the result transposed: that equals score_fn(query, keys) only for a symmetric score such as the dot product. Call score_fn(query, keys): its arguments are (query, keys) in that order.", _pool_args_swapped_transposed),
     Mutant("bmm_3d_only", BMM_HINT, _pool_bmm),
     Mutant("extra_sqrt_d_scaling", "the scores were divided by sqrt(D): score_fn already defines the score, so use score_fn(query, keys) exactly as it returns it.", _pool_extra_scaling),
     Mutant("inplace_nan_fix", INPLACE_HINT, _pool_inplace_nan_fix),

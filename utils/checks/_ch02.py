@@ -80,7 +80,7 @@ def _cases(seed: int) -> list:
                       run=_param_layout, judge=_judge_layout(*dims)))
 
     def add(label, batch, s_q, s_k, dq, dk, attn_dim, d_v, mask=None, scale=1.0, grad=False, dtype=torch.float32,
-            v_scale=1.0, hide_best=False):
+            v_scale=1.0, hide_best=False, tol=None):
         # Random parameters (loaded into your module by name), large enough that tanh bends.
         state = {name: randn(*shape, gen=g) for name, shape in _layout(dq, dk, attn_dim).items()}
         state["w_v.weight"] = state["w_v.weight"] * v_scale
@@ -97,7 +97,7 @@ def _cases(seed: int) -> list:
         if dtype == F64:
             label += ", float64"
         init = {"ctor": (dq, dk, attn_dim), "ctor_kwargs": {}, "seed": seed, "state": state}
-        cases.append(Case(label, (q, k, v), {"mask": mask} if mask is not None else {}, init=init, grad=grad))
+        cases.append(Case(label, (q, k, v), {"mask": mask} if mask is not None else {}, init=init, grad=grad, tol=tol))
 
     add("S_q ≠ S_k, all sizes different", 2, 3, 5, 4, 6, 8, 3)
     add("S_q = S_k (each query must see every key)", 2, 4, 4, 3, 3, 5, 2)
@@ -120,7 +120,10 @@ def _cases(seed: int) -> list:
     lead_mask[:, :, :4] = False  # the softmax of every row starts with -inf
     add("the first 4 keys masked in every row", 2, 3, 6, 4, 5, 6, 3, mask=lead_mask)
     add("the key with the largest score is masked in every row", 2, 4, 5, 3, 4, 6, 3, hide_best=True)
-    add("large-magnitude inputs and scores (tanh saturates, w_v ~ 100)", 2, 4, 5, 6, 4, 8, 3, scale=20.0, v_scale=100.0)
+    # Scores of several hundred: float32 rounds them by ~1e-4, so an answer computed in float64 differs
+    # from the float32 reference by up to ~1e-4 in the output (seed 2001: 1.7e-5 at -0.068 failed 1e-5 + 1e-4·|x|).
+    add("large-magnitude inputs and scores (tanh saturates, w_v ~ 100)", 2, 4, 5, 6, 4, 8, 3, scale=20.0, v_scale=100.0,
+        tol=(3e-4, 1e-3))
     add("mask with a fully masked query row, S_q = S_k", 2, 5, 5, 3, 4, 6, 2,
         mask=random_padding_mask(2, 5, 5, g, fully_masked_row=True))
     for i in range(4):  # random sizes, odd ones included; half of them with S_q = S_k

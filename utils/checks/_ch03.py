@@ -187,6 +187,8 @@ SDPA_MUTANTS = [
 
 DROPOUT_NOT_RESCALED = "dropout zeroed weights but did not rescale the kept ones by 1/(1 - dropout_p)."
 DROPOUT_IGNORED = "dropout_p > 0 was ignored: no attention weight was dropped."
+DROPOUT_RENORMALISED = ("the weights were renormalised after dropout (divided by their new row sums): the prompt "
+                        "rescales every kept weight by exactly 1/(1 - dropout_p), so a row's sum is 1 only on average.")
 DROPOUT_ON_OUTPUT = ("dropout was applied to the output, not to the attention weights: drop entries of "
                      "`weights` and return out = weights @ v.")
 
@@ -214,6 +216,20 @@ def _judge_dropout(got) -> str | None:
         return f"{where}, {100 * zero_frac:.0f}% of the weights are zero, expected about 50%."
     if not torch.allclose(out.double(), w.double().sum(-1, keepdim=True), atol=1e-4, rtol=1e-4):
         return f"{where}: out is not weights @ v (v is all ones, so out should be the row sums of the dropped weights)."
+    # Each kept weight must be the undropped weight times 1/(1 - p) = 2 (the prompt's rule); a row
+    # renormalised after dropout has row sums of exactly 1 and would pass the checks above.
+    from .._guard import unguarded
+
+    q, k, v = _dropout_inputs()
+    _, w0 = unguarded(ref.scaled_dot_product_attention)(q, k, v)  # (2, 64, 64), no dropout
+    kept = w != 0
+    if kept.any():
+        ratio = (w.double()[kept] / w0.double()[kept])
+        if torch.allclose(ratio, torch.ones_like(ratio), rtol=1e-3):
+            return f"{where}, the kept weights equal the undropped ones. Likely mistake: {DROPOUT_NOT_RESCALED}"
+        if not torch.allclose(ratio, torch.full_like(ratio, 2.0), rtol=1e-3):
+            return (f"{where}, the kept weights are the undropped ones times {ratio.min().item():.3g} to "
+                    f"{ratio.max().item():.3g}, expected exactly 1/(1 - dropout_p) = 2. Likely mistake: {DROPOUT_RENORMALISED}")
     mean_row_sum = out.double().mean().item()
     if abs(mean_row_sum - 1.0) > 0.1:
         hint = DROPOUT_NOT_RESCALED if abs(mean_row_sum - 0.5) < 0.1 else "the kept weights should be rescaled by 1/(1 - dropout_p)."
@@ -229,6 +245,14 @@ def _dropout_not_rescaled(q, k, v, mask=None, dropout_p=0.0):
     return w @ v, w
 
 
+def _dropout_renormalised(q, k, v, mask=None, dropout_p=0.0):
+    out, w = ref.scaled_dot_product_attention.__wrapped__(q, k, v, mask)
+    if dropout_p > 0:
+        w = torch.nn.functional.dropout(w, dropout_p, training=True)
+        w = w / w.sum(dim=-1, keepdim=True).clamp_min(1e-9)
+    return w @ v, w
+
+
 def _dropout_ignored(q, k, v, mask=None, dropout_p=0.0):
     return ref.scaled_dot_product_attention.__wrapped__(q, k, v, mask)
 
@@ -241,6 +265,7 @@ def _dropout_on_output(q, k, v, mask=None, dropout_p=0.0):
 SDPA_DROPOUT_MUTANTS = [
     Mutant("dropout_not_rescaled", DROPOUT_NOT_RESCALED, _dropout_not_rescaled),
     Mutant("dropout_ignored", DROPOUT_IGNORED, _dropout_ignored),
+    Mutant("dropout_renormalised", DROPOUT_RENORMALISED, _dropout_renormalised),
     Mutant("dropout_on_output", DROPOUT_ON_OUTPUT, _dropout_on_output),
 ]
 
