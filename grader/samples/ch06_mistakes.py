@@ -128,8 +128,48 @@ x = x + a
 return x + self.ffn(self.norm3(x)), cross
 ''')
 
+# Correct answers in other styles (issue 16 §2): eps in a registered buffer, and the two linears
+# built inside an nn.Sequential that the named attributes point into. Full marks.
+LN_EPS_BUFFER = _src('''
+import torch
+import torch.nn as nn
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.register_buffer("eps", torch.tensor(eps))  # a buffer, not a parameter
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+''')
+
+FFN_SEQUENTIAL = _src('''
+import torch
+import torch.nn as nn
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.linear1, self.linear2 = self.net[0], self.net[3]  # the names the exercise gives
+
+    def forward(self, x):
+        return self.net(x)
+''')
+
 SAMPLES = {
     "ch06_correct": ("chapter 06: the solution's answers", correct, FULL),
+    "ch06_other_styles": (
+        "chapter 06: LayerNorm with eps in a registered buffer, FeedForward built as an nn.Sequential that "
+        "linear1/linear2 point into; the rest as the solution (full marks)",
+        lambda: _with_answers(LayerNorm=LN_EPS_BUFFER, FeedForward=FFN_SEQUENTIAL),
+        FULL),
     "ch06_mistakes_std_gelu_postnorm": (
         "chapter 06: LayerNorm as a * (x - mean) / (x.std() + eps) + b, FFN with GELU, a post-norm decoder layer, "
         "quiz 1 says queries from the encoder ('c')",

@@ -129,7 +129,8 @@ def _layernorm_cases(seed: int) -> list:
     d = r.choice([5, 8, 12])
     cases.append(Case(f"freshly built LayerNorm({d}): weight ones, bias zeros", (), init={"ctor": (d,), "seed": seed},
                       run=_run_fresh, judge=_judge_fresh_init(d)))
-    return cases
+    # forward values first, gradients last: a wrong eps is first seen (and named) where eps shows
+    return sorted(cases, key=lambda c: c.grad)
 
 
 _LayerNorm = unguarded(ref.LayerNorm)
@@ -187,6 +188,8 @@ LAYERNORM_MUTANTS = [
            _variant(_LayerNormVariant, "LayerNorm", use_eps=False)),
     Mutant("eps_argument_ignored", "the `eps` argument is ignored (a fixed 1e-5 is used): store the constructor's eps (self.eps = eps) and use it.",
            _variant(_LayerNormVariant, "LayerNorm", fixed_eps=1e-5)),
+    *[Mutant(f"eps_fixed_at_{e:g}", f"eps is a fixed {e:g}, not the constructor's `eps` (default 1e-5): store the argument (self.eps = eps) and use it inside the square root.",
+             _variant(_LayerNormVariant, "LayerNorm", fixed_eps=e)) for e in (1e-6, 1e-8, 1e-12, 1e-3)],
     Mutant("wrong_dim", "the statistics were taken over dim -2 (the positions) instead of the last dim: LayerNorm normalises each position's d_model features (dim=-1, keepdim=True).",
            _variant(_LayerNormVariant, "LayerNorm", dim=-2)),
     Mutant("statistics_over_everything", "the mean and variance were taken over the whole tensor (x.mean() with no dim): LayerNorm normalises each position on its own, over the last dim (dim=-1, keepdim=True).",
@@ -238,6 +241,21 @@ class _VLayerNormManual(nn.Module):
         return torch.addcmul(self.bias, centred / torch.sqrt(var + self.eps), self.weight)
 
 
+class _VLayerNormEpsBuffer(nn.Module):
+    """eps kept in a registered buffer (a buffer is not a parameter; the prompt forbids none)."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.register_buffer("eps", torch.tensor(eps))
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
 LAYERNORM_EXERCISE = Exercise(
     name="LayerNorm",
     reference=ref.LayerNorm,
@@ -245,8 +263,9 @@ LAYERNORM_EXERCISE = Exercise(
     kind="class",
     forbidden=(LAYERNORM,),
     mutants=LAYERNORM_MUTANTS,
-    variants=[Variant("float64_var_mean_rsqrt_bias_first", _VLayerNormFloat64),
-              Variant("sums_by_hand_addcmul", _VLayerNormManual)],
+    variants=[Variant("float64_var_mean_rsqrt_bias_first", _VLayerNormFloat64, demo=True),
+              Variant("sums_by_hand_addcmul", _VLayerNormManual),
+              Variant("eps_in_a_buffer", _VLayerNormEpsBuffer)],
     input_names=("x",),
     contract="""Layer normalisation over the last dim: the same function as nn.LayerNorm(d_model, eps).
 
@@ -434,6 +453,31 @@ class _VFeedForwardEinsum(nn.Module):
         return y.to(x.dtype)
 
 
+class _VFeedForwardSequential(nn.Module):
+    """linear1 and linear2 by their names, also held in an nn.Sequential (the same parameters twice)."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.net = nn.Sequential(self.linear1, nn.ReLU(), nn.Dropout(dropout), self.linear2)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class _VFeedForwardSequentialFirst(nn.Module):
+    """The nn.Sequential built first, linear1 and linear2 pointing into it (its names come first)."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.linear1, self.linear2 = self.net[0], self.net[3]
+
+    def forward(self, x):
+        return self.net(x)
+
+
 FFN_EXERCISE = Exercise(
     name="FeedForward",
     reference=ref.FeedForward,
@@ -441,7 +485,9 @@ FFN_EXERCISE = Exercise(
     kind="class",
     mutants=FFN_MUTANTS,
     variants=[Variant("functional_linear2_first", _VFeedForwardFunctional),
-              Variant("float64_einsum_own_dropout", _VFeedForwardEinsum)],
+              Variant("float64_einsum_own_dropout", _VFeedForwardEinsum, demo=True),
+              Variant("linears_also_in_a_sequential", _VFeedForwardSequential),
+              Variant("sequential_first_linears_point_into_it", _VFeedForwardSequentialFirst)],
     input_names=("x",),
     contract="""Position-wise feed-forward network: linear2(dropout(relu(linear1(x)))).
 
@@ -720,7 +766,7 @@ DECODER_EXERCISE = Exercise(
     kind="class",
     forbidden=(MHA,),
     mutants=DECODER_MUTANTS,
-    variants=[Variant("own_parts_other_order", _VDecoderOwnParts), Variant("float64_inside", _VDecoderFloat64)],
+    variants=[Variant("own_parts_other_order", _VDecoderOwnParts, demo=True), Variant("float64_inside", _VDecoderFloat64)],
     output_names=("x", "cross_weights"),
     input_names=("x", "memory"),
     contract="""A pre-norm transformer decoder layer: masked self-attention, cross-attention, feed-forward.

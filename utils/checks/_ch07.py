@@ -121,7 +121,7 @@ check_attention_entropy = register(Exercise(
     reference=ref.attention_entropy,
     make_cases=_entropy_cases,
     mutants=ENTROPY_MUTANTS,
-    variants=[Variant("where_log", _v_entropy_where), Variant("float64_log_eps", _v_entropy_eps_float64),
+    variants=[Variant("where_log", _v_entropy_where), Variant("float64_log_eps", _v_entropy_eps_float64, demo=True),
               Variant("python_loops", _v_entropy_loops)],
     contract="""Shannon entropy (in nats) of each query's attention distribution.
 
@@ -246,7 +246,7 @@ check_attention_rollout = register(Exercise(
     make_cases=_rollout_cases,
     mutants=ROLLOUT_MUTANTS,
     variants=[Variant("plus_identity_from_the_top", _v_rollout_plus_identity),
-              Variant("float64_einsum", _v_rollout_float64_einsum)],
+              Variant("float64_einsum", _v_rollout_float64_einsum, demo=True)],
     contract="""Attention rollout (Abnar & Zuidema, 2020): how much each output position draws on each input token.
 
     layer_weights: a list with one (B, H, S, S) tensor per layer, first layer first
