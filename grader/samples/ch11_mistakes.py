@@ -3,6 +3,10 @@ mistake in every exercise (`elu_feature_map`, `linear_attention`, `causal_linear
 from the mutant banks in utils/checks/_ch11.py) and one wrong quiz answer, so that every exercise
 meets three distinct mistakes while the chapter adds only four submissions to the bank.
 
+The third submission carries the mistakes issue 16 found unnamed: φ computed as exp(x)·(x ≤ 0) +
+(x + 1)·(x > 0) (NaN beyond exp's range) and an RNN loop with an in-place state update; elu without
+the + 1 and φ on the keys only stay in the mutant banks (PHI_ELU_ONLY, CAUSAL_PHI_ONLY_ON_KEYS below).
+
 The wrong `linear_attention`s and `causal_linear_attention`s compute φ inline (not through the
 submission's `elu_feature_map`, which is wrong too), so each mistake costs exactly one exercise.
 The derivation is graded by hand: 0 points automatically.
@@ -47,6 +51,14 @@ import torch.nn.functional as F
 
 def elu_feature_map(x):
     return F.elu(x)  # the + 1 forgotten: negative for x < 0 (mutant elu_without_plus_one)
+''')
+
+PHI_EXP_EVERYWHERE = _src('''
+import torch
+
+
+def elu_feature_map(x):
+    return torch.exp(x) * (x <= 0) + (x + 1) * (x > 0)  # exp(100) = inf, inf * 0 = NaN (mutant exp_everywhere_then_select)
 ''')
 
 # ---------------------------------------------------------------- linear_attention mistakes
@@ -110,6 +122,24 @@ CAUSAL_PHI_ONLY_ON_KEYS = _src(_CAUSAL.format(z="phi_k.cumsum(dim=-2)", shift="p
     "phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1",
     "phi_q, phi_k = q, F.elu(k) + 1  # φ applied to the keys only (mutant phi_only_on_keys)").replace("\n    pass", ""))
 
+CAUSAL_RNN_IN_PLACE = _src('''
+import torch
+import torch.nn.functional as F
+
+
+def causal_linear_attention(q, k, v, eps=1e-6):
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+    state = torch.zeros(*q.shape[:-2], q.size(-1), v.size(-1), dtype=q.dtype)
+    z = torch.zeros(*q.shape[:-2], q.size(-1), dtype=q.dtype)
+    outs = []
+    for i in range(q.size(-2)):
+        state += phi_k[..., i, :, None] * v[..., i, None, :]  # in place: breaks autograd (mutant in_place_state_update_breaks_gradients)
+        z += phi_k[..., i, :]
+        num = (phi_q[..., i, None, :] @ state).squeeze(-2)
+        outs.append(num / ((phi_q[..., i, :] * z).sum(-1, keepdim=True) + eps))
+    return torch.stack(outs, dim=-2)
+''')
+
 SAMPLES = {
     "ch11_correct": ("chapter 11: the solution's answers", correct, FULL),
     "ch11_mistakes_relu": (
@@ -125,9 +155,10 @@ SAMPLES = {
                               causal_linear_attention=CAUSAL_NORMALISER_NOT_CAUSAL, quiz_2='answer_2 = "a"'),
         _expect(elu_feature_map=0, linear_attention=0, causal_linear_attention=0, quiz_2=0)),
     "ch11_mistakes_phi": (
-        "chapter 11: φ = elu without the + 1, q divided by sqrt(D) as in softmax attention, causal form with φ on "
-        "the keys only, quiz 3 'a' (a state that grows like a KV cache)",
-        lambda: _with_answers(elu_feature_map=PHI_ELU_ONLY, linear_attention=LINEAR_SCALED,
-                              causal_linear_attention=CAUSAL_PHI_ONLY_ON_KEYS, quiz_3='answer_3 = "a"'),
+        "chapter 11: φ as exp(x)·(x ≤ 0) + (x + 1)·(x > 0) (NaN beyond exp's range, issue 16), q divided by "
+        "sqrt(D) as in softmax attention, an RNN loop that updates its state in place (its gradients fail), "
+        "quiz 3 'a' (a state that grows like a KV cache)",
+        lambda: _with_answers(elu_feature_map=PHI_EXP_EVERYWHERE, linear_attention=LINEAR_SCALED,
+                              causal_linear_attention=CAUSAL_RNN_IN_PLACE, quiz_3='answer_3 = "a"'),
         _expect(elu_feature_map=0, linear_attention=0, causal_linear_attention=0, quiz_3=0)),
 }

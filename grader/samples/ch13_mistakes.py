@@ -4,10 +4,11 @@ utils/checks/_ch13.py) and one wrong quiz answer, so that the chapter adds only 
 the bank. Each exercise therefore meets three distinct mistakes here:
 
 - online_softmax: the running sum never rescaled; the textbook loop without a guard for leading
-  blocks of -inf (NaN); each block normalised on its own;
+  blocks of -inf (NaN); a running max that starts at 0 (zeros for rows far below 0, issue 16);
 - flash_attention: the output accumulator never rescaled; causal masking without block skipping
-  (right values, the work check fails); the whole S×S score matrix at once (right values, the
-  memory budget fails).
+  (right values, the work check fails); query blocks against all keys with a plain softmax (right
+  values, the one-tile memory budget fails; issue 16). Each block softmaxed on its own and the whole
+  S×S score matrix stay in the mutant banks (OS_PER_BLOCK, FLASH_FULL_SCORES are kept below).
 
 The wrong `flash_attention`s are written inline (they never call the submission's
 `online_softmax`, which is wrong too), so each mistake costs exactly one exercise. The bonus
@@ -150,6 +151,51 @@ def flash_attention(q, k, v, block_size=64, causal=False):
     return out, lse.squeeze(-1)
 ''')
 
+FLASH_QUERY_STRIPS = _src('''
+import math
+
+import torch
+
+
+def flash_attention(q, k, v, block_size=64, causal=False):
+    # query blocks against all visible keys at once, a plain softmax: a (b, S_k) strip of scores
+    # (mutant query_strips_plain_softmax; issue 16: it used to fit the old S²/4 budget)
+    s_q, s_k = q.size(-2), k.size(-2)
+    outs, lses = [], []
+    for i in range(0, s_q, block_size):
+        q_blk = q[..., i:i + block_size, :]
+        b_q = q_blk.size(-2)
+        s = q_blk @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if causal:
+            hidden = torch.arange(s_k)[None, :] > torch.arange(i, i + b_q)[:, None] + s_k - s_q
+            s = s.masked_fill(hidden, float("-inf"))
+        m = s.amax(dim=-1, keepdim=True)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        e = torch.exp(s - m)
+        l = e.sum(dim=-1, keepdim=True)
+        seen = l > 0
+        outs.append(torch.where(seen, e @ v / torch.where(seen, l, torch.ones_like(l)), torch.zeros_like(l)))
+        lses.append(torch.where(seen, m + torch.log(torch.where(seen, l, torch.ones_like(l))),
+                                torch.full_like(l, float("-inf"))).squeeze(-1))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+''')
+
+OS_MAX_FROM_ZERO = _src('''
+import torch
+
+
+def online_softmax(x, block_size):
+    m = torch.zeros(x.shape[:-1], dtype=x.dtype)  # starts at 0, not -inf (mutant running_max_starts_at_zero)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for start in range(0, x.size(-1), block_size):
+        block = x[..., start:start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)
+        m = m_new
+    out = torch.exp(x - m[..., None]) / torch.where(l > 0, l, torch.ones_like(l))[..., None]
+    return torch.where(l[..., None] > 0, out, torch.zeros_like(out))
+''')
+
 SAMPLES = {
     "ch13_correct": ("chapter 13: the solution's answers", correct, FULL),
     "ch13_mistakes_rescale": (
@@ -165,9 +211,9 @@ SAMPLES = {
                               quiz_2="answer_2 = 64"),
         _expect(online_softmax=0, flash_attention=0, quiz_2=0)),
     "ch13_mistakes_quadratic": (
-        "chapter 13: each block softmaxed on its own, tiled attention through the whole S×S score matrix "
-        "(memory budget), quiz 3 'a'",
-        lambda: _with_answers(online_softmax=OS_PER_BLOCK, flash_attention=FLASH_FULL_SCORES,
+        "chapter 13 (issue 16): a running max that starts at 0 (zeros for rows far below 0), query blocks "
+        "against all keys with a plain softmax (a strip of scores: over the one-tile budget), quiz 3 'a'",
+        lambda: _with_answers(online_softmax=OS_MAX_FROM_ZERO, flash_attention=FLASH_QUERY_STRIPS,
                               quiz_3='answer_3 = "a"'),
         _expect(online_softmax=0, flash_attention=0, quiz_3=0)),
 }

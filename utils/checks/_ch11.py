@@ -242,6 +242,9 @@ LINEAR_MUTANTS = [
     Mutant("softmax_attention", "this is softmax attention, softmax(q kᵀ/√D) v: linear attention replaces the softmax by the "
            "feature map, φ(q)(φ(k)ᵀv) / (φ(q)·Σ_j φ(k_j) + eps).", _softmax_attention),
     Mutant("normaliser_without_keepdim", NO_KEEPDIM, _linear_no_keepdim),
+    Mutant("phi_applied_to_values", "φ was applied to v too: only q and k go through the feature map; the values "
+           "are averaged as they are, out_i = φ(q_i)(Σ_j φ(k_j)ᵀ v_j) / (φ(q_i)·Σ_j φ(k_j) + eps).",
+           lambda q, k, v, eps=1e-6: _linear(q, k, _phi(v), eps)),
     Mutant("quadratic_scores", QUADRATIC, _quadratic),
 ]
 

@@ -212,6 +212,16 @@ OTHER_DTYPE_ROPE = ("the output's dtype differs from x's: the prompt says same d
                     "float32 or float64 are cast to x.dtype, or the result is)")
 
 
+def _rope_half_dim(x, positions=None, base=10000.0):
+    S, D = x.shape[-2], x.shape[-1]
+    positions = torch.arange(S) if positions is None else positions
+    theta = base ** (-2.0 * torch.arange(D // 2, dtype=torch.float64) / (D // 2))
+    angles = positions.to(torch.float64).unsqueeze(-1) * theta
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
 def _rope_float32_out(x, positions=None, base=10000.0):
     return _rope(x.float(), positions, base)
 
@@ -237,6 +247,8 @@ ROPE_MUTANTS = [
     Mutant("ignores_base", IGNORES_BASE, lambda x, positions=None, base=10000.0: _rope(x, positions, 10000.0)),
     Mutant("mixed_conventions", "interleaved pairs were combined with the half-split angle table cat(θ, θ) (Hugging Face's): "
            "both features of pair i, x[2i] and x[2i+1], are rotated by the same angle[pos, i].", _rope_mixed_conventions),
+    Mutant("theta_with_half_dim", "the frequencies were computed with dim = D/2 (the number of pairs) instead of "
+           "D: θ_i = base^(−2i/D) with D = x.size(-1), the head dim.", _rope_half_dim),
     Mutant("float32_output", OTHER_DTYPE_ROPE, _rope_float32_out),
     Mutant("float64_output", OTHER_DTYPE_ROPE, _rope_float64_out),
     Mutant("seq_len_from_dim_1", "the sequence length was read from x.size(1): with x (..., S, D) it is x.size(-2) "

@@ -367,7 +367,8 @@ def _flash_cases(seed: int) -> list:
 
 def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, rescale_l=True, divide_by_l=True,
                    lse_adds_max=True, top_left=False, floor_key_blocks=False, skip_off_by_one=False,
-                   mask_inside=True, skip_blocks=True, scale=None, safe=True, max_before_mask=False, m0=NEG_INF):
+                   mask_inside=True, skip_blocks=True, scale=None, safe=True, max_before_mask=False, m0=NEG_INF,
+                   hide_diagonal=False):
     """A tiled attention with one switch per known mistake (all off = correct)."""
     s_q, s_k = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -392,7 +393,7 @@ def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, re
             s = raw = q_blk @ k_blk.transpose(-2, -1) * scale
             if causal and mask_inside:
                 cols = torch.arange(k_start, k_start + k_blk.size(-2))
-                s = s.masked_fill(cols[None, :] > rows[:, None] + offset, NEG_INF)
+                s = s.masked_fill(cols[None, :] > rows[:, None] + offset - int(hide_diagonal), NEG_INF)
             m_new = torch.maximum(m, (raw if max_before_mask else s).amax(-1))
             alpha = torch.exp(m - sf(m_new))
             p = torch.exp(s - sf(m_new)[..., None])
@@ -526,6 +527,9 @@ FLASH_MUTANTS = [
     Mutant("quadratic_full_scores", FULL_SCORES, _fa_full_scores),
     Mutant("query_strips_plain_softmax", FULL_SCORES, _fa_query_strips),
     Mutant("full_causal_mask_built_once", FULL_SCORES, _fa_full_mask_once),
+    Mutant("causal_mask_hides_the_diagonal",
+           "the causal mask is off by one: it hides key j = i + S_k - S_q, the query's own position; query i sees "
+           "key j iff j <= i + S_k - S_q (mask with >, not >=).", _switch(hide_diagonal=True)),
     Mutant("running_max_starts_at_zero",
            "the running max m started at 0 instead of -inf: when every score of a query is far below 0 (around -200), "
            "m stays 0, every exp(s - m) underflows to 0 and the output is zeros (or NaN); start from m = -inf.",
