@@ -1,8 +1,10 @@
 """Checks for chapter 10 — sliding-window and sparse attention.
 
-``sliding_window_attention`` exists to save memory: besides its values (window 0 gives v, a
-window of at least S − 1 gives full attention) and its float64 gradients, it is checked at
-S = 2048 under a budget that an S×S score matrix (or mask) exceeds.
+``sliding_window_attention`` exists to save memory and work: besides its values (window 0 gives
+v, a window of at least S − 1 gives full attention) and its float64 gradients, it is checked at
+S = 2048 under two budgets, causal and not: the largest tensor (an S×S score matrix or mask
+exceeds it) and the multiply-adds of its products (scoring every key, even one query at a time,
+exceeds it). A gather of each query's W keys, (S, W, D), is within both, as the prompt says.
 """
 import math
 from dataclasses import replace
@@ -67,6 +69,16 @@ def _mask_off_by_one(s, window, causal=False):
     return ((d >= 0) & (d < window)) if causal else (d.abs() < window)
 
 
+def _mask_causal_one_short(s, window, causal=False):
+    d = _distance(s)
+    return ((d >= 0) & (d < window)) if causal else d.abs() <= window
+
+
+def _mask_causal_one_long(s, window, causal=False):
+    d = _distance(s)
+    return ((d >= 0) & (d <= window + 1)) if causal else d.abs() <= window
+
+
 def _mask_ignores_causal(s, window, causal=False):
     return _band(s, -window, window)
 
@@ -114,6 +126,10 @@ IGNORES_CAUSAL = "causal=True was ignored: a causal window keeps only keys behin
 ONE_SIDED = "the non-causal window covers one side only: without causal, query i sees keys on both sides, |i − j| ≤ window."
 LOOKS_AHEAD = "the causal window looks at the future: it must keep keys j ≤ i (0 ≤ i − j ≤ window), not j ≥ i — check the sign of i − j."
 CAUSAL_NO_WINDOW = "with causal=True the window was dropped (plain causal attention): keep only 0 ≤ i − j ≤ window."
+CAUSAL_ONE_SHORT = ("the causal window is one key short: with causal=True a query sees itself and the `window` keys "
+                    "behind it, 0 ≤ i − j ≤ window (≤, not <): window + 1 keys, not window.")
+CAUSAL_ONE_LONG = ("the causal window is one key too long: with causal=True a query sees itself and the `window` keys "
+                   "behind it, 0 ≤ i − j ≤ window: window + 1 keys, not window + 2.")
 
 MASK_MUTANTS = [
     Mutant("off_by_one_window", OFF_BY_ONE, _mask_off_by_one),
@@ -121,6 +137,8 @@ MASK_MUTANTS = [
     Mutant("one_sided_window", ONE_SIDED, _mask_one_sided),
     Mutant("causal_looks_ahead", LOOKS_AHEAD, _mask_causal_looks_ahead),
     Mutant("causal_ignores_window", CAUSAL_NO_WINDOW, _mask_causal_ignores_window),
+    Mutant("causal_window_one_short", CAUSAL_ONE_SHORT, _mask_causal_one_short),
+    Mutant("causal_window_one_long", CAUSAL_ONE_LONG, _mask_causal_one_long),
     Mutant("inverted_mask", "the mask is inverted: True means 'may attend', so the positions inside the window are True.", _mask_inverted),
     Mutant("float_mask", "the mask holds 0/1 floats: return a bool tensor (True = may attend), e.g. from a comparison.", _mask_float),
     Mutant("integer_mask", "the mask holds 0/1 integers: return a bool tensor (True = may attend), e.g. from a comparison.", _mask_long),
@@ -370,6 +388,8 @@ SWA_MUTANTS = [
     Mutant("one_sided_window", ONE_SIDED, _swa_with_mask(_mask_one_sided)),
     Mutant("causal_looks_ahead", LOOKS_AHEAD, _swa_with_mask(_mask_causal_looks_ahead)),
     Mutant("causal_ignores_window", CAUSAL_NO_WINDOW, _swa_with_mask(_mask_causal_ignores_window)),
+    Mutant("causal_window_one_short", CAUSAL_ONE_SHORT, _swa_with_mask(_mask_causal_one_short)),
+    Mutant("causal_window_one_long", CAUSAL_ONE_LONG, _swa_with_mask(_mask_causal_one_long)),
     Mutant("no_scaling", "the scores were not divided by sqrt(D).", _swa_no_scaling),
     Mutant("padding_not_masked", PADDING_NOT_MASKED, _swa_padding_not_masked),
     Mutant("softmax_wrong_dim", WRONG_DIM, _swa_wrong_dim),
