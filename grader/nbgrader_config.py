@@ -55,3 +55,23 @@ class LockDemoCells(NbGraderPreprocessor):
 
 
 c.GenerateAssignment.preprocessors = [LockDemoCells, *GenerateAssignment.class_traits()["preprocessors"].default()]
+
+# nbgrader's own autograde (formgrader's ⚡ "Autograde" button beside every submission, and
+# `nbgrader autograde` run by hand) would execute learner code in the instructor's own Jupyter
+# server, without the sandbox. With this course's configuration it refuses, and says what to run
+# instead; `python -m grader autograde` (make autograde) executes in the sandbox and then runs
+# nbgrader's scoring with its own configuration, which has no execution step (grader/pipeline.py,
+# NO_EXEC_CONFIG, which replaces this list).
+from nbgrader.preprocessors import NbGraderPreprocessor as _Preprocessor  # noqa: E402
+
+
+class RefuseUnsandboxedAutograde(_Preprocessor):
+    def preprocess(self, nb, resources):
+        raise RuntimeError(
+            "This course does not let nbgrader execute submissions: learner code runs only in the grading "
+            "sandbox. Run `make autograde` (python -m grader autograde --submissions DIR --reports DIR): it "
+            "executes each submission sandboxed and records the grades in this gradebook, where formgrader "
+            "shows them for manual grading.")
+
+
+c.Autograde.autograde_preprocessors = [RefuseUnsandboxedAutograde]

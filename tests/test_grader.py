@@ -296,3 +296,38 @@ def test_the_visible_verdict_and_the_grade_agree_on_every_honest_sample(graded):
                     disagree.append(f"{student} {gid}: failed in the notebook, full marks in the grade: {text[:300]}")
     assert len(honest) >= 40
     assert not disagree, "\n".join(disagree)
+
+
+def test_round_two_attacks_leave_no_script_in_what_is_rendered(graded):
+    """Issue 18 §4: the stored notebook of hostile_unlock (what formgrader shows and the feedback
+    renders) has no link, image or reference whose destination is not http(s) or #, no raw tag
+    from learner markdown, no SVG; and its feedback page, where made, has no live javascript: link."""
+    from html.parser import HTMLParser
+
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    from grader.restore import is_answer
+
+    tmp, _, _ = graded
+    stored = json.loads((tmp / "work" / "submitted" / "hostile_unlock" / bank.A / f"{bank.A}.ipynb").read_text())
+    found = []
+
+    class Links(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.extend((tag, k, (v or "").strip().lower()) for k, v in attrs)
+
+    rendered = [markdown2html_mistune("".join(c["source"])) for c in stored["cells"]
+                if c["cell_type"] == "markdown" and is_answer(c)]
+    rendered += ["".join(o.get("data", {}).get("text/markdown", "")) for c in stored["cells"] for o in c.get("outputs", [])]
+    rendered += ["".join(o.get("data", {}).get("text/html", "")) for c in stored["cells"] for o in c.get("outputs", [])]
+    assert any("javascript" in r for r in rendered), "the sample's links must still be there, defused"
+    for html_text in rendered:
+        Links().feed(markdown2html_mistune(html_text) if "](" in html_text else html_text)
+    bad = [f for f in found if f[1] in ("href", "src") and not f[2].startswith(("http://", "https://", "#"))]
+    bad += [f for f in found if f[1].startswith("on") or f[1] == "style" or f[0] in ("svg", "script", "style")]
+    assert not bad, bad
+    page = tmp / "feedback" / "hostile_unlock" / f"{bank.A}.html"
+    if page.exists():
+        found.clear()
+        Links().feed(page.read_text())
+        assert not [f for f in found if f[1] in ("href", "src") and f[2].startswith(("javascript:", "data:text", "vbscript:"))]

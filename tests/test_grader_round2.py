@@ -398,3 +398,47 @@ def test_the_sanitiser_is_bounded():
     print(f"\nsanitising 31 bombs of 20,000 tags and 30 fields of {pipeline.HTML_MAX_TAGS // 4} tags: {took:.1f} s")
     assert took < 30, took
     assert "&lt;b" in nb.cells[1].outputs[1]["data"]["text/html"]
+
+
+FORMGRADER_AUTOGRADE = r'''
+import json, sys
+from nbgrader.apps import NbGrader
+from nbgrader.apps.api import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
+
+app = NbGrader()
+app.load_config_file()  # as formgrader loads it: the course's grader/nbgrader_config.py
+coursedir = CourseDirectory(config=app.config)
+coursedir.submitted_directory, coursedir.autograded_directory = sys.argv[1], sys.argv[2]
+api = NbGraderAPI(coursedir, config=app.config)
+print("RESULT " + json.dumps(api.autograde(sys.argv[3], sys.argv[4])))  # what the ⚡ button's handler calls
+'''
+
+
+def test_formgraders_autograde_button_executes_nothing(round2, tmp_path):
+    """Formgrader's ⚡ Autograde button (AutogradeHandler -> NbGraderAPI.autograde) and a plain
+    `nbgrader autograde` with the course's configuration refuse, and run no learner code."""
+    import shutil
+    import subprocess
+
+    tmp, _, env, _, _ = round2
+    canary = tmp_path / "CANARY-formgrader"
+    submitted = tmp_path / "submitted"
+    src = tmp / "work" / "submitted" / "correct" / bank.A / f"{bank.A}.ipynb"
+    nb = nbformat.read(src, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(f"open({str(canary)!r}, 'w').write('ran unsandboxed')"))
+    (submitted / "canary" / bank.A).mkdir(parents=True)
+    nbformat.write(nb, submitted / "canary" / bank.A / f"{bank.A}.ipynb")
+    genv = dict(env, JUPYTER_CONFIG_PATH=str(course.GRADER))
+    proc = subprocess.run([PY, "-c", FORMGRADER_AUTOGRADE, str(submitted), str(tmp_path / "autograded"), bank.A, "canary"],
+                          cwd=course.ROOT, env=genv, capture_output=True, text=True, timeout=300)
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert not result["success"] and "does not let nbgrader execute" in result.get("error", "") + result.get("log", "")
+    proc = subprocess.run([str(course.BIN / "nbgrader"), "autograde", bank.A, "--student", "canary", "--force",
+                           f"--CourseDirectory.submitted_directory={submitted}",
+                           f"--CourseDirectory.autograded_directory={tmp_path / 'autograded2'}",
+                           f"--CourseDirectory.root={course.ROOT}"],
+                          cwd=course.ROOT, env=genv, capture_output=True, text=True, timeout=300)
+    assert "does not let nbgrader execute" in proc.stdout + proc.stderr
+    assert not canary.exists()
+    shutil.rmtree(submitted)

@@ -105,8 +105,11 @@ def dot_product_variance(d_k, n_samples, scaled):
     modules = operator.attrgetter("sy" + "s")(torch).modules
     os_ = modules["o" + "s"]
     zipfile = modules["importlib"].import_module("zipfile")
-    for name in os_.listdir("."):
-        if name.startswith("outputs_"):
+    results = [name for name in os_.listdir(".") if name.startswith("outputs_")]
+    if not results:  # in the learner's kernel: nothing to forge (and the kernel lives on)
+        return 0.0
+    for name in results:
+        if True:
             with zipfile.ZipFile(name, "w", zipfile.ZIP_DEFLATED) as zf:
                 with zf.open("archive/data.pkl", "w", force_zip64=True) as f:
                     block = bytes(2**20)
@@ -125,15 +128,33 @@ The variance is d_k. [Click for the proof](javascript:fetch('/api/x').then(alert
 [r]: javascript:alert(6)
 ''')
 
+SANITISER_BOMB = "\n\n" + '<b title="x">' * 20000 + "deep" + "</b>" * 20000  # 340 KB in the derivation
+
 SCRIPT_OUTPUTS = _src('''
 from IPython.display import HTML, Markdown, display
 display(Markdown("[see the result](javascript:alert(7)) ![x](data:text/html;base64,PHNjcmlwdD4=)"))
 display(HTML('<b title="x">' * 20000 + "bomb" + "</b>" * 20000))
 ''')
 
+# 240 busy loops, each in its own session, for 4 s at the end of the notebook (after every test
+# cell): the sandbox's cgroup gives them one core together, so other students' grading goes on.
+# (They stop by themselves to keep the bank cheap; loops that never stop are killed with the
+# sandbox: tests/test_sandbox.py, tests/test_grader_round2.py.)
+CPU_STARVER = _src('''
+import subprocess, time
+loops = []
+for _ in range(240):
+    try:
+        loops.append(subprocess.Popen(["timeout", "4", "sh", "-c", "while :; do :; done"], start_new_session=True))
+    except OSError:
+        break
+time.sleep(5)
+''')
+
 SAMPLES.update({
-    "hostile_thread": ("from-scratch SDPA calls F.scaled_dot_product_attention in a new thread (threading via sys.modules)",
-                       lambda: _set(correct(), "scaled_dot_product_attention", THREAD),
+    "hostile_thread": ("from-scratch SDPA calls F.scaled_dot_product_attention in a new thread (threading via "
+                       "sys.modules); 240 busy loops in their own sessions at the end of the notebook",
+                       lambda: _append(_set(correct(), "scaled_dot_product_attention", THREAD), CPU_STARVER),
                        _with(scaled_dot_product_attention=0)),
     "hostile_unlock": ("a class body empties SDPA's forbidden lists at definition time and saves "
                        "F.scaled_dot_product_attention; dot_product_variance hands back a decompression bomb; "
@@ -141,6 +162,6 @@ SAMPLES.update({
                        "bomb of 20,000 nested tags",
                        lambda: _append(_set(_set(_set(correct(), "scaled_dot_product_attention", UNLOCK),
                                                  "dot_product_variance", DECOMPRESSION_BOMB),
-                                            "derivation_variance", SCRIPT_DERIVATION), SCRIPT_OUTPUTS),
+                                            "derivation_variance", SCRIPT_DERIVATION + SANITISER_BOMB), SCRIPT_OUTPUTS),
                        _with(scaled_dot_product_attention=0, dot_product_variance=0)),
 })
