@@ -287,3 +287,38 @@ def test_masked_softmax_meets_a_row_of_very_negative_scores():
 
     message = _verdict("masked_softmax", masked_softmax)
     assert "far below 0" in message and "clamped at 0" in message, message
+
+
+def test_ch05_buffers_and_second_names_for_the_named_layers_pass():
+    """Rule 7 / issue 16 §2: a buffer is not a parameter, and a layer also held in a ModuleList is
+    still the one parameter the prompt names."""
+    class SelfAttention(_SA):
+        def __init__(self, d_model, d_k=None, d_v=None):
+            super().__init__(d_model, d_k, d_v)
+            self.register_buffer("inv_scale", torch.tensor(1.0 / math.sqrt(self.W_q.out_features)))
+
+        def forward(self, x, mask=None):
+            q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+            s = q @ k.transpose(-2, -1) * self.inv_scale
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            w = s.softmax(-1).nan_to_num(0.0)
+            return w @ v, w
+
+    class MultiHeadAttention(_MHA):
+        def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+            super().__init__(d_model, num_heads, dropout, bias)
+            self.projections = nn.ModuleList([self.W_q, self.W_k, self.W_v])
+
+    run_check(EXERCISES["SelfAttention"], SelfAttention, quiet=True)
+    run_check(EXERCISES["MultiHeadAttention"], MultiHeadAttention, quiet=True)
+
+
+def test_ch05_an_extra_parameter_is_still_refused():
+    class SelfAttention(_SA):
+        def __init__(self, d_model, d_k=None, d_v=None):
+            super().__init__(d_model, d_k, d_v)
+            self.W_o = nn.Linear(self.W_v.out_features, self.W_v.out_features, bias=False)  # not in the prompt
+
+    message = _verdict("SelfAttention", SelfAttention)
+    assert "W_o.weight" in message, message

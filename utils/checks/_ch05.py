@@ -60,10 +60,17 @@ def random_state(layout, g: torch.Generator) -> dict:
 
 
 def _param_layout(cls, case: Case):
-    """Build the learner's module (no weights loaded) and list its state: [[name, shape], ...]."""
+    """Build the learner's module (no weights loaded) and list its parameters: [[names, shape], ...].
+
+    One entry per distinct parameter, with every name it is reachable under (a layer also held in
+    an nn.ModuleList is one parameter with two names). Buffers are not parameters: not listed.
+    """
     init = {k: v for k, v in case.init.items() if k != "state"}
     module = build_module(cls, replace(case, init=init))
-    return sorted([name, list(t.shape)] for name, t in module.state_dict().items())
+    groups: dict = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), [[], list(p.shape)])[0].append(name)
+    return sorted([sorted(names), shape] for names, shape in groups.values())
 
 
 def _judge_layout(what: str, expected: dict, hints: dict):
@@ -71,8 +78,11 @@ def _judge_layout(what: str, expected: dict, hints: dict):
 
     def judge(got) -> str | None:
         try:
-            mine = {str(name): [int(n) for n in shape] for name, shape in got}
-        except (TypeError, ValueError):
+            mine = {}
+            for names, shape in got:  # a parameter reachable under several names counts once, by the given name
+                names = [names] if isinstance(names, str) else [str(n) for n in names]
+                mine[next((n for n in names if n in expected), names[0])] = [int(n) for n in shape]
+        except (TypeError, ValueError, StopIteration, IndexError):
             return "the module's parameters could not be listed."
         where = f"{what} has parameters {sorted(mine)}"
         has_bias = any(n.endswith(".bias") for n in mine)
@@ -360,7 +370,7 @@ SELF_ATTENTION_EXERCISE = Exercise(
     scale_names=_sa_scale_names,
     contract="""Single-head self-attention: out = softmax(q kᵀ / sqrt(d_k)) v, q, k, v linear maps of x.
 
-    Parameters (the check loads its weights into them by name; no other parameters or buffers):
+    Parameters (the check loads its weights into them by name; no other parameters):
         W_q, W_k: nn.Linear(d_model, d_k, bias=False)   W_v: nn.Linear(d_model, d_v, bias=False)
         d_k defaults to d_model, d_v defaults to d_k. No output projection.
     forward(x, mask=None):
@@ -822,7 +832,7 @@ MHA_EXERCISE = Exercise(
     tips=(_indivisible_tip,),
     contract="""Multi-head attention: H = num_heads heads of size D_h = d_model / H, in parallel.
 
-    Parameters (the check loads its weights into them by name; no other parameters or buffers):
+    Parameters (the check loads its weights into them by name; no other parameters):
         W_q, W_k, W_v, W_o: nn.Linear(d_model, d_model, bias=bias)
     The check always uses a d_model divisible by num_heads.
     forward(query, key, value, mask=None):
