@@ -7,8 +7,10 @@ says), so that exercise is graded independently of the learner's ``KVCache``; it
 shape of what the module stores, which must be num_kv_heads heads, never the repeated num_heads.
 
 ``KVCache`` is checked through ``update`` only (the curriculum names no other attribute): the
-snapshots it returns, two instances used at once (nothing shared between instances), and a long
-decode under a memory budget.
+snapshots it returns, two instances used at once (nothing shared between instances; a failure that
+a single cache shows too is not blamed on sharing), and a long decode under a memory budget: the
+largest tensor, and every tensor storage reachable from the cache object afterwards (what it keeps
+alive), against k_all and v_all.
 """
 import math
 import types
