@@ -9,7 +9,12 @@ stubs that raise, so learner code here has no reference to call, no salt and no 
 
 This process imports torch and the checks once, runs no learner code itself, and forks one child
 per exercise, in its own process group, killed whole when its share of the time runs out (the
-smaller of ``per_exercise_seconds`` and an equal share of what is left of ``total_seconds``). The
+smaller of ``per_exercise_seconds`` and an equal share of what is left of ``total_seconds``).
+Before any learner code, the child locks itself down (``lock_down``): the exercise's forbidden
+entry points are replaced in every module and on ``torch.Tensor`` (a reference saved by a class
+body meets the replacement), the guard uses a private copy of the forbidden groups (a definition
+that empties the check's lists changes nothing), and no thread or process can start (the kernel's
+RLIMIT_NPROC, and Python's entry points): torch's modes hold only in the thread that set them. The
 child loads the learner's definitions and writes the raw outputs to ``outputs_<i>.pt``, up to and
 including the first case that raises or goes over its budget (that case alone decides the verdict,
 so a function that hangs costs one case's budget, not every case's); ``notes.json`` says which

@@ -14,8 +14,9 @@ The parent (this module, never running learner code):
    gets the learner's definitions and the cases as plain tensors (or, only when an exercise's cases
    hold callables, that exercise's own seed), and sees a copy of ``utils`` in which
    ``utils.reference`` is a stub that raises: it has no reference, no salt, no other seed;
-3. reads the child's ``outputs.pt`` safely (``sandbox.read_regular``) with
-   ``torch.load(weights_only=True)`` (plain tensors and Python values only: a tensor subclass that
+3. reads the child's ``outputs.pt`` safely (``sandbox.read_regular``; a zip with a compressed
+   member is refused unread, so loading never allocates more than the file, ``_expansion_problem``)
+   with ``torch.load(weights_only=True)`` (plain tensors and Python values only: a tensor subclass that
    lies about its values cannot come back) and judges every case itself, judged cases included
    (``utils.checks._core.judge_case``: the reference's output, or the case's ``judge``).
 Patching ``torch.allclose``, the checks or their references in the learner's kernel changes

@@ -4,6 +4,7 @@ score: no points gained, nothing leaked, every other student's score unchanged.
 * links in an upload: an assignment folder that is a symbolic link to a peer's folder, and a
   notebook that is a link to the course's solution (a student folder that is a link is skipped
   before grading: tests/test_grader_round2.py);
+* a noise-only dot_product_variance (closed form x chi-square noise) and a CPU starver (hostile_thread);
 * forbidden calls: F.scaled_dot_product_attention from a new thread (hostile_thread), and through
   a reference saved by a class body that also empties the check's forbidden lists (hostile_unlock;
   chapter 08's saved autograd engine is in ch08_round2.py);
@@ -136,6 +137,18 @@ display(Markdown("[see the result](javascript:alert(7)) ![x](data:text/html;base
 display(HTML('<b title="x">' * 20000 + "bomb" + "</b>" * 20000))
 ''')
 
+# The closed form times chi-square noise, never sampling q or k (kept 3/3 against the statistical
+# judge): the check now compares with the value the prompt's own draws give (utils/checks/_ch03.py).
+NOISE_ONLY = _src('''
+import math
+import torch
+
+def dot_product_variance(d_k, n_samples, scaled):
+    theory = 1.0 if scaled else float(d_k)
+    chi2 = (torch.randn(n_samples - 1) ** 2).sum().item()  # chi-square with n - 1 degrees of freedom
+    return theory * chi2 / (n_samples - 1)
+''')
+
 # 240 busy loops, each in its own session, for 4 s at the end of the notebook (after every test
 # cell): the sandbox's cgroup gives them one core together, so other students' grading goes on.
 # (They stop by themselves to keep the bank cheap; loops that never stop are killed with the
@@ -153,9 +166,11 @@ time.sleep(5)
 
 SAMPLES.update({
     "hostile_thread": ("from-scratch SDPA calls F.scaled_dot_product_attention in a new thread (threading via "
-                       "sys.modules); 240 busy loops in their own sessions at the end of the notebook",
-                       lambda: _append(_set(correct(), "scaled_dot_product_attention", THREAD), CPU_STARVER),
-                       _with(scaled_dot_product_attention=0)),
+                       "sys.modules); dot_product_variance returns the closed form x chi-square noise; 240 busy loops "
+                       "in their own sessions at the end of the notebook",
+                       lambda: _append(_set(_set(correct(), "scaled_dot_product_attention", THREAD),
+                                            "dot_product_variance", NOISE_ONLY), CPU_STARVER),
+                       _with(scaled_dot_product_attention=0, dot_product_variance=0)),
     "hostile_unlock": ("a class body empties SDPA's forbidden lists at definition time and saves "
                        "F.scaled_dot_product_attention; dot_product_variance hands back a decompression bomb; "
                        "javascript:/data: links, SVG and CSS in the derivation and a Markdown output; a sanitiser "
