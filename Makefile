@@ -17,7 +17,7 @@ FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-fast release autograde feedback samples benchmark clean help
+.PHONY: setup lab test test-fast release autograde feedback export samples benchmark clean help
 
 help:
 	@echo "make lab        set up and open JupyterLab on the course"
@@ -25,6 +25,7 @@ help:
 	@echo "make release    regenerate notebooks/ from solutions/"
 	@echo "make autograde SUBMISSIONS=<dir> REPORTS=<dir>   grade a class"
 	@echo "make feedback   per-student HTML feedback (after autograde)"
+	@echo "make export ROSTER=<canvas.csv>   grades for Canvas (canvas.csv) and any LMS (grades_wide.csv) in REPORTS"
 	@echo "make benchmark  time the notebooks, the checks and grading; writes $(REPORTS)/benchmark.md and .json"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -87,6 +88,15 @@ autograde: setup .sandbox-checked
 
 feedback: setup
 	$(BIN)/python -m grader feedback --reports "$(REPORTS)" --out "$(FEEDBACK)"
+
+# Grades for the LMS from the gradebook: REPORTS/lms/canvas.csv (with ROSTER, the gradebook CSV
+# exported from Canvas), grades_wide.csv and unmatched.csv. MATCH=sis_login|sis_user_id|canvas_id,
+# MISSING=empty|zero (a roster student without a submission).
+ROSTER ?=
+MATCH ?= sis_login
+MISSING ?= empty
+export: setup
+	$(BIN)/python -m grader export --out "$(REPORTS)/lms" $(if $(ROSTER),--roster "$(ROSTER)") --match $(MATCH) --missing $(MISSING)
 
 benchmark: setup .sandbox-checked
 	$(BIN)/python -m grader benchmark --out "$(REPORTS)"

@@ -75,6 +75,17 @@ def cmd_benchmark(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .export import export
+
+    roster = Path(args.roster) if args.roster else None
+    summary = export(Path(args.out), roster, match=args.match, missing=args.missing)
+    print(f"wrote {', '.join(summary['files'])} to {args.out}: {summary['graded_students']} graded "
+          f"student(s), {summary['assignments']} assignment(s)"
+          + (f", {len(summary['unmatched'])} not on the roster" if roster else ""))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -101,6 +112,14 @@ def main(argv=None) -> int:
     b = sub.add_parser("benchmark", help="time notebooks, checks, grading (1 and 2 workers); write benchmark.md/.json")
     b.add_argument("--out", default=str(course.ROOT / "reports"))
     b.set_defaults(fn=cmd_benchmark)
+    e = sub.add_parser("export", help="grades for the LMS: canvas.csv (with --roster), grades_wide.csv")
+    e.add_argument("--out", required=True)
+    e.add_argument("--roster", help="the gradebook CSV exported from Canvas (its students and SIS ids)")
+    e.add_argument("--match", default="sis_login", choices=["sis_login", "sis_user_id", "canvas_id"],
+                   help="which roster column holds the course's student id (default: SIS Login ID)")
+    e.add_argument("--missing", default="empty", choices=["empty", "zero"],
+                   help="a roster student without a submission: an empty cell (default) or 0")
+    e.set_defaults(fn=cmd_export)
     args = p.parse_args(argv)
     return args.fn(args)
 
