@@ -5,7 +5,7 @@ import torch
 
 from .. import reference as ref
 from ..reference._common import masked_softmax_impl
-from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._core import Case, CheckFailure, Exercise, Mutant, Variant, generator, randn, rng
 from ._registry import register
 
 __all__ = ["check_attention_entropy", "check_attention_rollout"]
@@ -81,6 +81,25 @@ ENTROPY_MUTANTS = [
     Mutant("normalised_by_log_S_k", "the entropy was divided by ln S_k (normalised entropy); return the plain entropy in nats.", _entropy_normalised),
 ]
 
+ENTROPY_OTHER_DTYPE = ("the result's dtype differs from the weights': the prompt says return the same dtype as the "
+                       "input (float32 weights give a float32 entropy, float64 weights a float64 one).")
+
+
+def _entropy_same_dtype(fn, case: Case):
+    """Call ``fn`` and hold the prompt's rule 4 (same dtype as the input); the value comparison
+    itself ignores floating dtypes, so a float64 result would otherwise pass."""
+    out = fn(*case.args, **case.kwargs)
+    w = case.args[0]
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != w.dtype:
+        raise CheckFailure(f"the result has dtype {out.dtype} where the weights are {w.dtype}: {ENTROPY_OTHER_DTYPE}")
+    return out
+
+
+ENTROPY_MUTANTS += [
+    Mutant("float64_result", ENTROPY_OTHER_DTYPE, lambda w: -torch.special.xlogy(w.double(), w.double()).sum(-1)),
+    Mutant("float32_result", ENTROPY_OTHER_DTYPE, lambda w: -torch.special.xlogy(w.float(), w.float()).sum(-1)),
+]
+
 ENTROPY_MUTANTS += [
     Mutant("keepdim", "the result kept the key dim as size 1, (..., S_q, 1): sum over dim=-1 without keepdim, so it returns (..., S_q).",
            lambda w: -torch.special.xlogy(w, w).sum(-1, keepdim=True)),
@@ -120,6 +139,7 @@ check_attention_entropy = register(Exercise(
     name="attention_entropy",
     reference=ref.attention_entropy,
     make_cases=_entropy_cases,
+    run=_entropy_same_dtype,
     mutants=ENTROPY_MUTANTS,
     variants=[Variant("where_log", _v_entropy_where), Variant("float64_log_eps", _v_entropy_eps_float64, demo=True),
               Variant("python_loops", _v_entropy_loops)],
@@ -200,6 +220,21 @@ ROLLOUT_MUTANTS = [
            lambda lw: _rollout_variant(lw, heads="sum")),
     Mutant("last_layer_only", "only the last layer was used: rollout multiplies the residual-adjusted attention of every layer.",
            lambda lw: _rollout_variant(lw, last_only=True)),
+]
+
+def _rollout_normalised_before_identity(layer_weights):
+    rollout = None
+    for A in layer_weights:
+        A = A.mean(dim=1)
+        A = A / A.sum(dim=-1, keepdim=True)  # an all-zero row (a padded query): 0 / 0
+        A = 0.5 * A + 0.5 * torch.eye(A.size(-1), dtype=A.dtype)
+        rollout = A if rollout is None else A @ rollout
+    return rollout
+
+
+ROLLOUT_MUTANTS += [
+    Mutant("normalised_before_adding_identity", "the rows were normalised before adding the identity instead of after: an all-zero row (a padded query) gives 0 / 0 = NaN; add 0.5·I first, then divide each row by its sum.",
+           _rollout_normalised_before_identity),
 ]
 
 ROLLOUT_MUTANTS += [

@@ -293,6 +293,15 @@ MASK_AFTER_SOFTMAX = ("the mask was applied after the softmax (weights * mask), 
                       "fill the masked scores with -inf before the softmax, as in the forward.")
 
 
+FINITE_FILL = ("the masked scores were filled with a large finite number (e.g. -1e9) instead of -inf: a fully masked "
+               "row then has equal scores and gets uniform weights, not zeros, so its gradients are not zero; fill with "
+               "-inf and replace that row's NaNs by zeros (or zero it with torch.where).")
+
+
+def _softmax_finite_fill(scores, mask):
+    return torch.softmax(scores if mask is None else scores.masked_fill(~mask, -1e9), dim=-1)
+
+
 def _softmax_then_mask(scores, mask):
     w = torch.softmax(scores, dim=-1)
     return w if mask is None else w * mask
@@ -318,6 +327,7 @@ SDPA_BACKWARD_MUTANTS = [
     Mutant("recomputed_weights_unscaled", WEIGHTS_UNSCALED, _bw(forward_scale=1.0)),
     Mutant("nan_fully_masked", NAN_ROWS, _bw(weights_fn=_softmax_nan_rows)),
     Mutant("mask_after_softmax", MASK_AFTER_SOFTMAX, _bw(weights_fn=_softmax_then_mask)),
+    Mutant("finite_fill_minus_1e9", FINITE_FILL, _bw(weights_fn=_softmax_finite_fill)),
 ]
 
 
