@@ -1,6 +1,8 @@
 """Grade a class: ``autograde(submissions, reports)`` and ``feedback(reports, out)``.
 
-For each student and assignment (``<submissions>/<student>/<assignment>/<assignment>.ipynb``):
+For each student and assignment (``<submissions>/<student>/<assignment>/<assignment>.ipynb``;
+no symbolic link anywhere below ``<submissions>`` is followed: a linked student folder is skipped,
+a linked assignment folder or notebook scores 0 with the reason, ``find_jobs``):
 
 1. **Restore** (``restore.py``): the learner's answers inside the release's locked cells; tampering
    and unusable files are reported, never fatal.

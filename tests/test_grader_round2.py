@@ -147,6 +147,7 @@ def round2(tmp_path_factory):
     return tmp, subs, env, _read(tmp / "reports" / "exercises.csv"), timing
 
 
+@pytest.mark.slow
 def test_round2_samples_score_as_expected_and_correct_ones_keep_full_marks(round2):
     tmp, _, _, rows, timing = round2
     got = {(r["student_id"], r["exercise"]): (float(r["score"]), r["reason"]) for r in rows}
@@ -160,6 +161,7 @@ def test_round2_samples_score_as_expected_and_correct_ones_keep_full_marks(round
     print("\n" + "\n".join(f"{k}: {v['grade_seconds']} s" for k, v in sorted(timing.items())))
 
 
+@pytest.mark.slow
 def test_links_are_refused_with_a_reason_and_leak_nothing(round2):
     tmp, subs, _, rows, _ = round2
     for student in ("hostile_link_peer", "hostile_link_solution"):
@@ -415,6 +417,7 @@ print("RESULT " + json.dumps(api.autograde(sys.argv[3], sys.argv[4])))  # what t
 '''
 
 
+@pytest.mark.slow
 def test_formgraders_autograde_button_executes_nothing(round2, tmp_path):
     """Formgrader's ⚡ Autograde button (AutogradeHandler -> NbGraderAPI.autograde) and a plain
     `nbgrader autograde` with the course's configuration refuse, and run no learner code."""
