@@ -192,3 +192,19 @@ def test_work_budget_separates_legal_from_forbidden(causal):
         counts[name] = counter.work
     assert counts["reference"] * 10 < limit and counts["gather"] * 10 < limit
     assert counts["all keys"] > 4 * limit
+
+
+def test_update_mistakes_outside_the_old_bank_are_named():
+    from utils.checks._ch09 import KV_CAT_FEATURES, KV_KEEPS_FIRST
+
+    class KeepsFirst:
+        def __init__(self):
+            self.k = None
+
+        def update(self, k_new, v_new):
+            if self.k is None:
+                self.k, self.v = k_new, v_new
+            return self.k, self.v
+
+    assert KV_CAT_FEATURES in _fails("KVCache", CacheCatOnLastDim)
+    assert KV_KEEPS_FIRST in _fails("KVCache", KeepsFirst)

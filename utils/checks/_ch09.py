@@ -144,6 +144,11 @@ KV_CAT_HEADS = (
 KV_PREPENDS = "the new positions were put before the cached ones: append them at the end, torch.cat([old, new], dim=-2)."
 KV_RETURNS_NEW = ("update returned only the new keys and values: it must return everything cached so far, "
                   "k_all (B, H_kv, S_total, D) and v_all.")
+KV_CAT_FEATURES = ("the keys and values were concatenated along the features (the last dim) instead of the "
+                   "positions: k is (B, H_kv, S, D), so append along dim -2, torch.cat([self.k, k_new], dim=-2).")
+KV_KEEPS_FIRST = ("the cache kept only its first update: on every later update append the new positions, "
+                  "self.k = torch.cat([self.k, k_new], dim=-2) (an `if self.k is None:` with no else branch?).")
+KV_KEYS_TWICE = "update returned the keys twice: return (k_all, v_all), the cached values second."
 KV_V_FROM_K = "the values were appended to the cached keys (a copy-paste slip): v_all = torch.cat([self.v, v_new], dim=-2)."
 KV_MEMORY = (
     "a KV cache holds each position's key and value once, so its memory grows as S_total: no tensor "
@@ -380,6 +385,28 @@ class _CacheVFromK(_RefKVCache):
         return self.k, self.v
 
 
+class _CacheCatFeatures(_RefKVCache):
+    def update(self, k_new, v_new):
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+        else:
+            self.k, self.v = torch.cat([self.k, k_new], dim=-1), torch.cat([self.v, v_new], dim=-1)
+        return self.k, self.v
+
+
+class _CacheKeepsFirst(_RefKVCache):
+    def update(self, k_new, v_new):
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+        return self.k, self.v
+
+
+class _CacheKeysTwice(_RefKVCache):
+    def update(self, k_new, v_new):
+        k_all, _ = super().update(k_new, v_new)
+        return k_all, k_all
+
+
 class _CacheSharedLists:
     """The classic Python slip: lists in the class body are shared by every instance."""
 
@@ -454,6 +481,9 @@ KV_CACHE_MUTANTS = [
     Mutant("prepends_new_positions", KV_PREPENDS, _CachePrepends),
     Mutant("returns_only_new", KV_RETURNS_NEW, _CacheReturnsNew),
     Mutant("values_appended_to_keys", KV_V_FROM_K, _CacheVFromK),
+    Mutant("concatenates_along_features", KV_CAT_FEATURES, _CacheCatFeatures),
+    Mutant("keeps_only_the_first_update", KV_KEEPS_FIRST, _CacheKeepsFirst),
+    Mutant("returns_keys_as_values", KV_KEYS_TWICE, _CacheKeysTwice),
     Mutant("class_level_lists", SHARED, _CacheSharedLists),
     Mutant("quadratic_history_of_snapshots", KV_MEMORY, _CacheHistory),
 ]
