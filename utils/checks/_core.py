@@ -1080,7 +1080,8 @@ def _say_values(phrase: str, values: set, failing: bool) -> str:
     if all(isinstance(v, bool) for v in values):
         pos, _, neg = phrase.partition("¦")
         if not neg:
-            neg = f"no {pos[2:]}" if pos.startswith("a ") else f"no {pos}"
+            neg = (pos.replace(" = ", " ≠ ", 1) if " = " in pos else f"no {pos[2:]}" if pos.startswith("a ")
+                   else f"no {pos}")
         if len(values) == 2:
             return f"have {pos} or {neg}"
         return f"have {pos if True in values else neg}"
@@ -1124,7 +1125,8 @@ def shared_features(exercise: Exercise, cases: list, failed: list) -> str | None
     if not found:
         return None
     _, _, key, bad, good, n_good = min(found, key=lambda f: f[:2])
-    return (f"all {len(failed)} failing cases {_say_values(key, bad, True)}; the {n_good} passing ones "
+    every = "both failing cases" if len(failed) == 2 else f"all {len(failed)} failing cases"
+    return (f"{every} {_say_values(key, bad, True)}; the {n_good} passing ones "
             f"{_say_values(key, good, False)}.")
 
 
@@ -1153,11 +1155,14 @@ def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
 def _nice_number(c: float) -> str:
     """c, and a simple form of it when there is one (2, 1/4, √8, 1/√8)."""
     text = f"{c:.4g}"
-    if abs(c - round(c)) <= 1e-4 * abs(c):
+    if abs(c - round(c)) <= 1e-6 * abs(c):
         return text
-    for k in range(2, 1025):
+    for k in range(10, 41):  # binary units: 2^20 (MiB), 2^30 (GiB)
+        if abs(abs(c) - 2.0 ** -k) <= 1e-6 * 2.0 ** -k:
+            return f"{text} (= {'−' if c < 0 else ''}1/2^{k})"
+    for k in range(2, 257):
         for value, name in ((k, f"{k}"), (1 / k, f"1/{k}"), (math.sqrt(k), f"√{k}"), (1 / math.sqrt(k), f"1/√{k}")):
-            if abs(abs(c) - value) <= 1e-4 * value and not (name == text):
+            if abs(abs(c) - value) <= 1e-6 * value and not (name == text):
                 return f"{text} (= {'−' if c < 0 else ''}{name})"
     return text
 
@@ -1222,7 +1227,7 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
                     continue
                 for how, r in (("averaged", ed.mean(d)), ("summed", ed.sum(d)), ("taken at index 0", ed.select(d, 0)),
                                ("taken at the last index", ed.select(d, -1))):
-                    if _close(r.reshape(g.shape), gd, atol, rtol):
+                    if _close(r.reshape(g.shape), gd, atol, rtol) and float(r.max() - r.min()) > atol:
                         return [(f"reduced over dim {d - e.dim()}",
                                  f"your {path} (shape {tuple(g.shape)}) is the expected one {how} over dim "
                                  f"{d - e.dim()} (size {e.shape[d]}, shape {tuple(e.shape)}): keep that dim.")]
@@ -1239,7 +1244,7 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
     scale = float(ed.abs().max())
     if e.dtype == torch.float64 and scale > 0:
         rel = float(err.max()) / scale
-        if 0 < rel <= 3e-6:
+        if 2e-9 <= rel <= 3e-6:  # float32 rounding (eps 6e-8), far above float64's (1e-16)
             kind = "float32 output" if g.dtype == torch.float32 else "float32 precision"
             what = "is float32" if g.dtype == torch.float32 else "has float32 precision"
             clues.append((kind, f"your {path} {what} (error ~{rel:.0e} relative) in a float64 case: a tensor "
@@ -1426,14 +1431,15 @@ def _size_forms(exercise: Exercise, case: Case) -> dict:
     """{(form, name, dim): value} for the sizes of a case's tensors: n, 1/n, √n, 1/√n."""
     forms = {}
     for name, t in _named_inputs(exercise, case):
-        if not isinstance(t, torch.Tensor):
+        if isinstance(t, int) and not isinstance(t, bool) and t >= 2:
+            sizes = [(name, t)]
+        elif isinstance(t, torch.Tensor):
+            sizes = [(f"{name}.shape[{d}]", t.shape[d]) for d in range(-t.dim(), 0) if t.shape[d] >= 2]
+        else:
             continue
-        for d in range(-t.dim(), 0):
-            n = t.shape[d]
-            if n < 2:
-                continue
+        for what, n in sizes:
             for form, value in (("{}", n), ("1/{}", 1 / n), ("√({})", math.sqrt(n)), ("1/√({})", 1 / math.sqrt(n))):
-                forms[(form, name, d)] = value
+                forms[(form, what)] = value
     return forms
 
 
@@ -1462,13 +1468,14 @@ def _merge_constants(exercise: Exercise, cases: list, per_kind: dict) -> None:
                 here = {k for k, x in _size_forms(exercise, cases[i]).items() if abs(x - v) <= 1e-3 * abs(v)}
                 common = here if common is None else common & here
             if common:
-                shared = sorted(common, key=lambda k: (len(k[0]), k[1], k[2]))[0]
+                shared = sorted(common, key=lambda k: (len(k[0]), k[1]))[0]
         examples = "; ".join(f"{_nice_number(v) if what == 'constant factor' else f'{v:.4g}'} in [{cases[i].label}]"
                              for i, v, _, _ in hits[:2])
         if shared is not None:
-            form, name, d = shared
-            size = form.format(f"{name}.shape[{d}]")
-            msg = f"your {path} is the expected one {op} {size} (e.g. {examples})."
+            form, what_size = shared
+            msg = f"your {path} is the expected one {op} {form.format(what_size)} (e.g. {examples})."
+        elif any(scalar for _, _, _, scalar in hits):
+            continue  # a wrong number is always the expected one times (plus) something
         else:
             msg = f"your {path} is the expected one {op} a constant that changes from case to case ({examples})."
         per_kind[f"varying {what} {path}" if len(hits) > 1 else f"{what} {path}"] = [(hits[0][0], msg)] + \
@@ -1490,9 +1497,10 @@ def output_clues(exercise: Exercise, cases: list, outputs: list, expected: list,
         atol, rtol = tolerance(exercise, case)
         first = None
         for path, e, g in _leaves(expected[i], out):
-            tensor = isinstance(e, torch.Tensor)
+            # "right in every case" is said of values (float or bool tensors), not of shapes or counts
+            tensor = isinstance(e, torch.Tensor) and (e.is_floating_point() or e.dtype == torch.bool)
             if compare(e, g, atol, rtol, path) is None:
-                if tensor:  # "right in every case" is said of tensors (not of a shape or a count)
+                if tensor:
                     right_paths.add(path)
                 continue
             if tensor:
