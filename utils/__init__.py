@@ -9,6 +9,10 @@ for the learner's exercises instead of failing while they are stubs.
 """
 import sys as _sys
 
+# Tells the course's package from any other module named `utils` (the notebooks' set-up cell
+# checks it: a `utils.py` in the working folder would otherwise shadow this package).
+COURSE = "attention-course"
+
 
 def _register_ipython() -> None:
     if "IPython" not in _sys.modules:  # plain Python (the grader's re-check): nothing to do
