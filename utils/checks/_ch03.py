@@ -326,8 +326,8 @@ def _v_loops(q, k, v, mask=None, dropout_p=0.0):
     return w @ vv, w
 
 
-SDPA_VARIANTS = [Variant("einsum_and_manual_softmax", _v_einsum), Variant("float64_inside", _v_float64_inside),
-                 Variant("python_loops", _v_loops, demo=True)]
+SDPA_VARIANTS = [Variant("einsum_and_manual_softmax", _v_einsum), Variant("float64_inside", _v_float64_inside, demo=True),
+                 Variant("python_loops", _v_loops)]
 
 SDPA_EXERCISE = Exercise(
     name="scaled_dot_product_attention",
