@@ -10,6 +10,8 @@ STAMP := $(VENV)/.installed
 GRADEBOOK_URL ?= sqlite:///$(CURDIR)/grader/gradebook.db
 export GRADEBOOK_URL
 export JUPYTER_CONFIG_PATH := $(CURDIR)/grader
+# The course's nbconvert template override (formgrader loads MathJax from the course's own server).
+export JUPYTER_PATH := $(CURDIR)/grader/jupyter
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 SUBMISSIONS ?= grader/work/submissions
 REPORTS ?= reports
@@ -46,12 +48,18 @@ $(STAMP): requirements.txt pyproject.toml
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	for pkg in $(DEBIAN_EXTRAS); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing (Debian packages)"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) || echo "warning: could not install$$missing"; \
-	  else echo "warning: not installed:$$missing (bubblewrap: grading without namespaces; postgresql: its test is skipped)"; fi; \
+	  else echo "warning: not installed:$$missing (bubblewrap: grading without namespaces; postgresql: its test is skipped; fonts: boxes in a browser; libjs-mathjax: formulas unrendered offline)"; fi; \
 	fi
+
+# Also, where apt can: the fonts that draw the Chinese of every heading and the ✅ of every check in a
+# browser (without them they show as boxes), and MathJax, served locally to formgrader and the site
+# (no CDN: grading machines and CI have no network).
+DEBIAN_EXTRAS := fonts-noto-cjk fonts-noto-color-emoji libjs-mathjax
 
 # Grading needs only bubblewrap.
 .PHONY: .sandbox-checked

@@ -66,6 +66,9 @@ def test_lab_starts_and_answers(tmp_path):
         assert "nbgrader" in body, "nbgrader's JupyterLab extension is not available"
         code, body = _get(f"http://127.0.0.1:{port}/formgrader", token)
         assert code == 200
+        if Path("/usr/share/javascript/mathjax/MathJax.js").exists():  # Debian's libjs-mathjax (make test installs it)
+            code, body = _get(f"http://127.0.0.1:{port}/static/mathjax/MathJax.js", token)
+            assert code == 200 and "MathJax" in body[:5000], "MathJax is not served by the course's own server"
         time.sleep(1)
         logged = (tmp_path / "lab.log").read_text()
         assert "CRITICAL" not in logged and "exchange" not in logged.lower(), logged[-3000:]
@@ -75,3 +78,25 @@ def test_lab_starts_and_answers(tmp_path):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_formgrader_pages_load_mathjax_from_the_course_server(tmp_path):
+    """formgrader renders a submission with nbconvert's HTMLExporter and its 'formgrade' template,
+    whose MathJax comes from a CDN; the course's template override (JUPYTER_PATH=grader/jupyter)
+    makes a formgrader page load it from the course's own server instead (offline grading)."""
+    script = (
+        "import nbformat\n"
+        "from traitlets.config import Config\n"
+        "from nbconvert.exporters import HTMLExporter\n"
+        "from nbgrader.server_extensions.formgrader import handlers\n"
+        "c = Config()\n"
+        "c.HTMLExporter.template_name = 'formgrade'\n"
+        "c.HTMLExporter.extra_template_basedirs = [handlers.template_path]\n"
+        "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell('$$e^{i\\\\pi} + 1 = 0$$')])\n"
+        "html, _ = HTMLExporter(config=c).from_notebook_node(nb, resources={'base_url': '/', 'notebook_id': 'x', 'index': 0, 'total': 1})\n"
+        "print(html)\n")
+    env = dict(os.environ, JUPYTER_PATH=str(ROOT / "grader" / "jupyter"))
+    html = subprocess.run([os.sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                          check=True).stdout
+    assert 'path.indexOf("/formgrader/")' in html and "static/mathjax/MathJax.js" in html
+    assert '<script src="https://cdnjs' not in html  # the CDN is only the fallback of pages opened from disk
