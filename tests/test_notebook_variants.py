@@ -4,7 +4,8 @@ Each solution notebook is executed with every graded exercise replaced by the ac
 its check that differs most from the course's solution (``Variant(demo=True)``: another memory
 profile, code path, float precision or parameter initialisation). Every cell must run, asserts
 included: a notebook asserts about a learner's function only what its check guarantees.
-See ``tests/notebook_runs.py`` (also a command line for authors).
+See ``tests/notebook_runs.py`` (also a command line for authors). One test class per chapter, so
+that pytest-xdist (``--dist loadscope``) spreads the chapters over its workers.
 """
 import pytest
 
@@ -18,7 +19,14 @@ def test_every_exercise_has_a_demo_variant(name):
     assert v is not None, f"{name}: mark the accepted variant that differs most from the solution demo=True"
 
 
-@pytest.mark.parametrize("assignment", assignments())
-def test_solution_runs_with_other_correct_answers(assignment):
-    failures = variant_failures(assignment)
-    assert not failures, f"{assignment} with the demo variants in place:\n" + "\n".join(failures)
+def _chapter_class(assignment: str):
+    def test_solution_runs_with_other_correct_answers(self):
+        failures = variant_failures(assignment)
+        assert not failures, f"{assignment} with the demo variants in place:\n" + "\n".join(failures)
+
+    return type(f"TestChapter{assignment[:2]}", (), {"test_solution_runs_with_other_correct_answers":
+                                                     test_solution_runs_with_other_correct_answers})
+
+
+for _a in assignments():
+    globals()[f"TestChapter{_a[:2]}"] = _chapter_class(_a)
