@@ -190,3 +190,106 @@ def test_ch08_learner_backward_never_runs_at_large_s():
     calls = [s for s in cells if "peak_tensor_bytes(sdpa_backward" in s]
     assert calls and all("if S <= 256" in s for s in calls)
     assert any("peak_tensor_bytes(ref.sdpa_backward" in s and "assert 4 <" in s for s in cells)
+
+
+# ---------------------------------------------------------------- the examiner's mistakes outside the banks
+def test_entropy_keeps_the_input_dtype():
+    msg = _fails("attention_entropy", lambda w: -torch.special.xlogy(w.double(), w.double()).sum(-1))
+    assert "same dtype as the input" in msg, msg
+
+
+def test_rollout_normalised_before_identity_is_named():
+    def rollout(layer_weights):
+        out = None
+        for A in layer_weights:
+            A = A.mean(dim=1)
+            A = A / A.sum(dim=-1, keepdim=True)
+            A = 0.5 * A + 0.5 * torch.eye(A.size(-1), dtype=A.dtype)
+            out = A if out is None else A @ out
+        return out
+
+    assert "normalised before adding the identity" in _fails("attention_rollout", rollout)
+
+
+def test_sdpa_backward_finite_fill_is_named():
+    import math
+
+    def backward(q, k, v, grad_out, mask=None):
+        scale = 1 / math.sqrt(q.size(-1))
+        s = q @ k.transpose(-2, -1) * scale
+        if mask is not None:
+            s = s.masked_fill(~mask, -1e9)
+        A = torch.softmax(s, dim=-1)
+        dA = grad_out @ v.transpose(-2, -1)
+        dS = A * (dA - (dA * A).sum(-1, keepdim=True))
+        return dS @ k * scale, dS.transpose(-2, -1) @ q * scale, A.transpose(-2, -1) @ grad_out
+
+    assert "-1e9" in _fails("sdpa_backward", backward)
+
+
+class LayerNormDefault1e6(LayerNormEpsBuffer):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__(d_model, eps)
+
+
+def test_layernorm_default_eps_is_named():
+    assert "default eps is 1e-6" in _fails("LayerNorm", LayerNormDefault1e6)
+
+
+def _decoder(fwd):
+    from utils.checks._ch06 import _VFeedForwardFunctional, _VLayerNorm, _VMultiHeadAttention
+
+    class Decoder(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+            super().__init__()
+            self.self_attn = _VMultiHeadAttention(d_model, num_heads, dropout)
+            self.cross_attn = _VMultiHeadAttention(d_model, num_heads, dropout)
+            self.ffn = _VFeedForwardFunctional(d_model, d_ff, dropout)
+            self.norms = nn.ModuleList([_VLayerNorm(d_model) for _ in range(3)])
+            self.norm1, self.norm2, self.norm3 = self.norms  # the same LayerNorms under two names
+
+        forward_ = fwd
+
+        def forward(self, x, memory, src_mask=None, tgt_mask=None):
+            return self.forward_(x, memory, src_mask, tgt_mask)
+
+    return Decoder
+
+
+def _dec_correct(self, x, memory, src_mask, tgt_mask):
+    h = self.norm1(x)
+    x = x + self.self_attn(h, h, h, tgt_mask)[0]
+    a, w = self.cross_attn(self.norm2(x), memory, memory, src_mask)
+    x = x + a
+    return x + self.ffn(self.norm3(x)), w
+
+
+def _dec_residual_from_norm(self, x, memory, src_mask, tgt_mask):
+    h = self.norm1(x)
+    x = h + self.self_attn(h, h, h, tgt_mask)[0]
+    h = self.norm2(x)
+    a, w = self.cross_attn(h, memory, memory, src_mask)
+    x = h + a
+    h = self.norm3(x)
+    return h + self.ffn(h), w
+
+
+def _dec_causal_cross(self, x, memory, src_mask, tgt_mask):
+    h = self.norm1(x)
+    x = x + self.self_attn(h, h, h, tgt_mask)[0]
+    m = src_mask
+    if src_mask is not None and tgt_mask is not None:
+        m = src_mask & torch.ones(x.size(1), memory.size(1), dtype=torch.bool).tril()
+    a, w = self.cross_attn(self.norm2(x), memory, memory, m)
+    x = x + a
+    return x + self.ffn(self.norm3(x)), w
+
+
+def test_decoder_norms_in_a_modulelist_pass():
+    _passes("DecoderLayer", _decoder(_dec_correct))
+
+
+@pytest.mark.parametrize("forward, phrase", [(_dec_residual_from_norm, "normalised stream"),
+                                             (_dec_causal_cross, "causal mask was also applied to the cross-attention")])
+def test_decoder_mistakes_are_named(forward, phrase):
+    assert phrase in _fails("DecoderLayer", _decoder(forward))

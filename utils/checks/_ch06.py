@@ -168,6 +168,11 @@ class _LayerNormVariant(_LayerNorm):
         return self.weight * y + self.bias if self.affine else y
 
 
+class _LayerNormDefaultEps1e6(_LayerNorm):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__(d_model, eps)
+
+
 class _LayerNormRandomInit(_LayerNorm):
     def __init__(self, d_model, eps=1e-5):
         super().__init__(d_model, eps)
@@ -190,6 +195,8 @@ LAYERNORM_MUTANTS = [
            _variant(_LayerNormVariant, "LayerNorm", fixed_eps=1e-5)),
     *[Mutant(f"eps_fixed_at_{e:g}", f"eps is a fixed {e:g}, not the constructor's `eps` (default 1e-5): store the argument (self.eps = eps) and use it inside the square root.",
              _variant(_LayerNormVariant, "LayerNorm", fixed_eps=e)) for e in (1e-6, 1e-8, 1e-12, 1e-3)],
+    Mutant("default_eps_1e-6", "the constructor's default eps is 1e-6; nn.LayerNorm's (and the exercise's) default is 1e-5: def __init__(self, d_model, eps=1e-5).",
+           _LayerNormDefaultEps1e6),
     Mutant("wrong_dim", "the statistics were taken over dim -2 (the positions) instead of the last dim: LayerNorm normalises each position's d_model features (dim=-1, keepdim=True).",
            _variant(_LayerNormVariant, "LayerNorm", dim=-2)),
     Mutant("statistics_over_everything", "the mean and variance were taken over the whole tensor (x.mean() with no dim): LayerNorm normalises each position on its own, over the last dim (dim=-1, keepdim=True).",
@@ -605,10 +612,14 @@ class _DecoderVariant(_DecoderLayer):
     one_norm = False
     ignore_masks = ()  # "tgt", "src"
     cross_q_from_memory = False
+    residual_from_normalised = False
+    cross_causal = False
 
     def _sub(self, name, norm, x, f):
         """One residual sub-layer: pre-norm x + f(norm(x)) (or post-norm norm(x + f(x)))."""
         y = f(x) if self.post_norm else f(norm(x))
+        if self.residual_from_normalised and not self.post_norm:
+            return norm(x) + y  # the residual taken from the normalised stream
         out = x + y if name in self.residual else y
         return norm(out) if self.post_norm else out
 
@@ -634,7 +645,11 @@ class _DecoderVariant(_DecoderLayer):
             if self.cross_q_from_memory:  # query from memory, keys and values from the decoder stream
                 a, found["cross"] = self.cross_attn(mem, h, h, None if src_mask is None else src_mask.transpose(-1, -2))
                 return a
-            a, found["cross"] = self.cross_attn(h, kv, kv, src_mask)
+            mask = src_mask
+            if self.cross_causal and src_mask is not None and tgt_mask is not None:
+                # the causal band combined with the padding mask for the cross-attention too
+                mask = src_mask & torch.ones(h.size(1), kv.size(1), dtype=torch.bool).tril()
+            a, found["cross"] = self.cross_attn(h, kv, kv, mask)
             return a
 
         x = self._sub("self", norm1, x, self_block)
@@ -667,6 +682,10 @@ DECODER_MUTANTS = [
            _variant(_DecoderVariant, "DecoderLayer", return_self_weights=True)),
     Mutant("memory_normalised", "memory was passed through norm2: in a pre-norm layer only the decoder stream is normalised (the encoder normalises its own output); use memory as it is for keys and values.",
            _variant(_DecoderVariant, "DecoderLayer", normalise_memory=True)),
+    Mutant("residual_from_normalised_stream", "the residual connection adds the sub-layer's output to the normalised stream (norm(x) + sublayer(norm(x))); pre-norm keeps the un-normalised stream: x = x + sublayer(norm(x)).",
+           _variant(_DecoderVariant, "DecoderLayer", residual_from_normalised=True)),
+    Mutant("causal_mask_on_cross_attention", "a causal mask was also applied to the cross-attention: the whole source exists before decoding, so the cross-attention uses only the source padding mask (src_mask); the causal tgt_mask belongs to the self-attention.",
+           _variant(_DecoderVariant, "DecoderLayer", cross_causal=True)),
     Mutant("one_norm_for_all", "the same LayerNorm (norm1) was used before every sub-layer: each sub-layer has its own, norm1, norm2, norm3.",
            _variant(_DecoderVariant, "DecoderLayer", one_norm=True)),
 ]
