@@ -75,27 +75,33 @@ def _raiser(label, name):
     return forbidden
 
 
-def _replace_everywhere(obj, replacement):
-    """Every module attribute and every torch.Tensor attribute that is ``obj`` now holds
-    ``replacement``: the original is no longer reachable by any name, from any thread."""
+def _replace_everywhere(replacements: dict):
+    """``{id(obj): (obj, replacement)}``: every module attribute and every torch.Tensor attribute
+    that is one of the objects now holds its replacement (one pass over every module): the
+    original is no longer reachable by any name, from any thread."""
     import torch
 
+    if not replacements:
+        return
     for mod in list(sys.modules.values()):
         d = getattr(mod, "__dict__", None)
         if not isinstance(d, dict):
             continue
-        for key, value in list(d.items()):
-            try:
-                if value is obj:
-                    d[key] = replacement
-            except Exception:  # noqa: BLE001 - an odd module
-                pass
+        try:
+            for key, value in list(d.items()):
+                hit = replacements.get(id(value))
+                if hit is not None and hit[0] is value:
+                    d[key] = hit[1]
+        except Exception:  # noqa: BLE001 - an odd module
+            pass
     for key, value in list(vars(torch.Tensor).items()):
-        if value is obj:
-            setattr(torch.Tensor, key, replacement)
-    name = getattr(obj, "__name__", None)
-    if name and getattr(torch._C.TensorBase, name, None) is obj:  # a method of the C base: shadow it
-        setattr(torch.Tensor, name, replacement)
+        hit = replacements.get(id(value))
+        if hit is not None and hit[0] is value:
+            setattr(torch.Tensor, key, hit[1])
+    for obj, replacement in replacements.values():
+        name = getattr(obj, "__name__", None)
+        if name and getattr(torch._C.TensorBase, name, None) is obj:  # a method of the C base: shadow it
+            setattr(torch.Tensor, name, replacement)
 
 
 def _no_threads_or_processes():
@@ -142,18 +148,20 @@ def lock_down(ex):
     from utils.checks._core import Forbidden
 
     groups = tuple(Forbidden(g.label, tuple(g.funcs), tuple(g.aten)) for g in ex.forbidden)
+    replacements = {}
     for g in groups:
         for f in g.funcs:
             owner = getattr(f, "_tripwire_owner", None)
             if owner is not None:  # a Python entry point (nn.MultiheadAttention.forward, the autograd engine)
                 setattr(owner, f._tripwire_attr, f._tripwire_replacement(g.label))
             else:
-                _replace_everywhere(f, _raiser(g.label, getattr(f, "__name__", str(f))))
+                replacements[id(f)] = (f, _raiser(g.label, getattr(f, "__name__", str(f))))
         if any(getattr(f, "_tripwire_attr", None) == "_execution_engine" for f in g.funcs):
             # a new engine cannot be made either
             torch._C._ImperativeEngine = _raiser(g.label, "_ImperativeEngine")
-            _replace_everywhere(torch.autograd.graph._engine_run_backward,
-                                _raiser(g.label, "_engine_run_backward"))
+            run = torch.autograd.graph._engine_run_backward
+            replacements[id(run)] = (run, _raiser(g.label, "_engine_run_backward"))
+    _replace_everywhere(replacements)
     _no_threads_or_processes()
     return groups
 
