@@ -445,3 +445,21 @@ def test_formgraders_autograde_button_executes_nothing(round2, tmp_path):
     assert "does not let nbgrader execute" in proc.stdout + proc.stderr
     assert not canary.exists()
     shutil.rmtree(submitted)
+
+
+def test_the_answer_evaluator_runs_no_learner_code_and_is_bounded():
+    from grader.answers import evaluate_cell
+
+    start = time.monotonic()
+    for src in ("answer = 10 ** 10 ** 10", "answer = round(5, -10 ** 9)", "answer = 'b' * 10 ** 9",
+                "answer = math.factorial(10 ** 6)", "import math\nanswer = math.factorial(10 ** 6)",
+                "answer = pow(2, 10 ** 8)", "answer = open('/etc/passwd').read()", "answer = __import__('os')",
+                "answer = (1).__class__", "answer = [].__class__.__base__", "answer = 'x'.__len__()",
+                "def f():\n    return 1\nanswer = f()", "for i in range(3):\n    answer = i",
+                "answer = (" * 500 + "1" + ")" * 500):
+        value, why = evaluate_cell(src, "answer")
+        assert value is None and why, src
+    assert time.monotonic() - start < 2
+    assert evaluate_cell("import math\nanswer = round(math.log(2), 3)", "answer") == (0.693, None)
+    assert evaluate_cell('answer = None  # "a"\nanswer = " B ".strip().lower()', "answer") == ("b", None)
+    assert evaluate_cell("x = 2\nanswer = 1 / x", "answer") == (0.5, None)
