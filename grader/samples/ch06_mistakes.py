@@ -1,6 +1,7 @@
 """Chapter 06 samples: the correct answers, and three submissions that each carry one realistic
 mistake in every exercise (`LayerNorm`, `FeedForward`, `DecoderLayer`; names from the mutant banks
-in utils/checks/_ch06.py) and one wrong quiz answer, so that the chapter adds only four submissions.
+in utils/checks/_ch06.py) and one wrong quiz answer, and one correct submission written in other styles
+(eps in a buffer, linears inside an nn.Sequential), so that the chapter adds only five submissions.
 
 Built from the current release (``notebooks/``) with the solution's answers filled in, then wrong
 answer code substituted, so the samples never drift from the source.
