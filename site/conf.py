@@ -1,0 +1,60 @@
+"""Sphinx configuration of the course's website (built by `make site`, i.e. tools/build_site.py).
+
+Plain Sphinx + myst-nb + sphinx-book-theme. The build reads the site notebooks that
+tools/build_site.py writes into build/site/src (stored outputs, never executed) and needs no
+network: MathJax 2 is Debian's libjs-mathjax copied into _static, and no page loads a script,
+style sheet or font from another host (tests/test_site.py checks the built HTML and a browser run).
+"""
+import os
+
+project = "Attention, from scratch and autograded"
+author = "The attention course"
+copyright = "the attention course's authors"
+html_title = "Attention, from scratch"
+
+extensions = ["myst_nb"]
+exclude_patterns = ["_build", "_release/**", "**.ipynb_checkpoints"]
+master_doc = "index"
+language = "en"
+
+# Stored outputs of the executed solution notebooks are the content: nothing is executed.
+nb_execution_mode = "off"
+nb_merge_streams = True
+# No widget manager from a CDN (the build drops widget views; tqdm bars keep their text form).
+nb_ipywidgets_js = {}
+myst_enable_extensions = ["dollarmath", "amsmath"]
+myst_heading_anchors = 3
+suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
+
+html_theme = "sphinx_book_theme"
+html_static_path = ["_static"]
+html_show_sourcelink = True
+html_copy_source = True
+html_last_updated_fmt = None
+html_favicon = "_static/favicon.svg"
+html_theme_options = {
+    "show_toc_level": 3,
+    "home_page_in_toc": True,
+    "use_download_button": False,
+    "use_fullscreen_button": False,
+    "show_navbar_depth": 1,
+    "navigation_with_keys": False,
+    "article_header_end": [],
+}
+
+# MathJax 2 from the local copy (Debian's libjs-mathjax), configured for Sphinx's \( \) / \[ \] spans.
+mathjax_path = "mathjax/MathJax.js?config=TeX-AMS_CHTML"
+mathjax2_config = {
+    "tex2jax": {
+        "inlineMath": [["\\(", "\\)"]],
+        "displayMath": [["\\[", "\\]"]],
+        "processEscapes": True,
+        "processClass": "math|output_area",
+        "ignoreClass": "tex2jax_ignore|mathjax_ignore|document",
+    },
+    "HTML-CSS": {"availableFonts": ["TeX"], "imageFont": None},
+    "CommonHTML": {"linebreaks": {"automatic": False}},
+    "showMathMenu": False,
+    "messageStyle": "none",
+}
+mathjax3_config = None

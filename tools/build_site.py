@@ -1,0 +1,285 @@
+"""Build the course's website: `make site` (or `python tools/build_site.py`).
+
+1. Preprocess: per chapter, a *site notebook* is made from two notebooks of the repository:
+   - the executed SOLUTION notebook gives the prose, the math and the course's own demo cells with
+     their stored outputs (figures, tables, printed measurements);
+   - the learner RELEASE (notebooks/) gives every nbgrader cell (exercise stubs, check cells, quiz
+     answer cells, derivation answer cells) exactly as released, with its outputs cleared.
+   A solution cell that is not an nbgrader cell but holds a solution or hidden-test block stops the
+   build (it would leak). `%%needs` and `# NBVAL_IGNORE_OUTPUT` first lines are stripped for
+   reading. Widget views are dropped (their text form stays). Each chapter gets a line of links:
+   its release notebook (downloaded from the site), on the repository, in Colab.
+2. The landing page: the README's introduction, the chapter table (titles from the notebooks) and
+   how to run the course (the README's own sections, so the two never disagree).
+3. Sphinx (myst-nb, sphinx-book-theme) builds HTML with execution off, MathJax served locally.
+
+Everything is written under build/site/ (ignored by git): src/ (the Sphinx project), html/ (the site).
+Prints where the time goes (preprocess, copy of MathJax, Sphinx read/write).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE_CONF = ROOT / "site"
+DEFAULT_OUT = ROOT / "build" / "site"
+MATHJAX_DIRS = [Path("/usr/share/javascript/mathjax"), Path("/usr/share/mathjax")]
+
+SECRET_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+STRIP_FIRST_LINES = ("%%needs", "# NBVAL_IGNORE_OUTPUT")
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def repository_url() -> str | None:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    urls = data.get("project", {}).get("urls", {})
+    return urls.get("Repository") or urls.get("Homepage")
+
+
+def chapters() -> list[str]:
+    return sorted(p.name for p in (ROOT / "solutions").iterdir()
+                  if p.is_dir() and (p / f"{p.name}.ipynb").exists())
+
+
+def grade_id(cell) -> str | None:
+    return (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id")
+
+
+def strip_markers(source: str) -> str:
+    lines = source.split("\n")
+    while lines and lines[0].strip().startswith(STRIP_FIRST_LINES):
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+def clean_outputs(outputs):
+    kept = []
+    for out in outputs:
+        out = copy.deepcopy(out)
+        data = out.get("data")
+        if data is not None and WIDGET_MIME in data:
+            del data[WIDGET_MIME]
+            if not data:
+                continue
+        kept.append(out)
+    return kept
+
+
+def site_notebook(name: str, repo: str | None):
+    """The site notebook of one chapter (see the module's docstring)."""
+    sol = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    rel_path = ROOT / "notebooks" / name / f"{name}.ipynb"
+    if not rel_path.exists():
+        raise SystemExit(f"{rel_path} is missing: the site shows exercises from the learner release "
+                         f"(python -m grader release {name})")
+    rel = nbformat.read(rel_path, as_version=4)
+    released = {grade_id(c): c for c in rel.cells if grade_id(c)}
+    cells, missing = [], []
+    for cell in sol.cells:
+        gid = grade_id(cell)
+        if gid:
+            if gid not in released:
+                missing.append(gid)
+                continue
+            new = copy.deepcopy(released[gid])
+            if any(m in new.source for m in SECRET_MARKERS):
+                raise SystemExit(f"{rel_path}: released cell {gid!r} still holds a solution or hidden-test block")
+            if new.cell_type == "code":
+                new.outputs = []
+                new.execution_count = None
+            new.metadata.setdefault("tags", [])
+            cells.append(new)
+            continue
+        if any(m in cell.source for m in SECRET_MARKERS):
+            raise SystemExit(f"solutions/{name}: a cell without nbgrader metadata holds a solution "
+                             f"or hidden-test block (it would reach the site): {cell.source[:80]!r}")
+        new = copy.deepcopy(cell)
+        if new.cell_type == "code":
+            new.source = strip_markers(new.source)
+            new.outputs = clean_outputs(new.outputs)
+        cells.append(new)
+    if missing:
+        print(f"  warning: {name}: cells {missing} are not in the release (left out of the site); "
+              f"regenerate it with `python -m grader release {name}`", file=sys.stderr)
+    links = [f"{{download}}`the notebook <../_release/{name}.ipynb>` (the learner's release)"]
+    if repo:
+        path = f"notebooks/{name}/{name}.ipynb"
+        links.append(f"[on the repository]({repo}/blob/main/{path})")
+        if repo.startswith("https://github.com/"):
+            links.append(f"[in Colab](https://colab.research.google.com/github/"
+                         f"{repo.removeprefix('https://github.com/')}/blob/main/{path})")
+    link_cell = nbformat.v4.new_markdown_cell(
+        "```{admonition} Run this chapter\n"
+        "Read it here; to do the exercises, open " + ", or ".join(links) + ". "
+        "The exercises, checks and self-check questions are shown as the learner gets them: "
+        "their solutions are not on this site.\n```")
+    cells.insert(1, link_cell)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {k: v for k, v in sol.metadata.items() if k in ("kernelspec", "language_info")}
+    nb.cells = cells
+    seen = set()
+    for i, c in enumerate(nb.cells):
+        c.get("metadata", {}).pop("nbgrader", None)
+        if not c.get("id") or c["id"] in seen:
+            c["id"] = f"site-{i}"
+        seen.add(c["id"])
+    return nb, rel_path
+
+
+def title_of(nb) -> str:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return "?"
+
+
+def readme_sections(repo: str | None) -> dict[str, str]:
+    """The README split by `## ` headings ('' is the introduction), relative links made absolute."""
+    text = (ROOT / "README.md").read_text()
+    parts, key = {"": []}, ""
+    for line in text.splitlines():
+        if line.startswith("# ") and key == "":
+            continue
+        if line.startswith("## "):
+            key = line[3:].strip()
+            parts[key] = []
+            continue
+        parts[key].append(line)
+
+    def absolute(m):
+        target = m.group(2)
+        if re.match(r"^[a-z]+:|^#", target) or not repo:
+            return m.group(0)
+        return f"[{m.group(1)}]({repo}/blob/main/{target.lstrip('./')})"
+
+    return {k: re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", absolute, "\n".join(v)).strip() for k, v in parts.items()}
+
+
+def what_you_build(readme_text: str) -> dict[str, str]:
+    rows = {}
+    for line in readme_text.splitlines():
+        m = re.match(r"^\|\s*(\d\d)\s*\|[^|]*\|(.*)\|\s*$", line)
+        if m:
+            rows[m.group(1)] = m.group(2).strip()
+    return rows
+
+
+def landing_page(titles: dict[str, str], repo: str | None) -> str:
+    sec = readme_sections(repo)
+    build = what_you_build(sec.get("Chapters", ""))
+    rows = "\n".join(
+        f"| {name[:2]} | [{titles[name]}](chapters/{name}.ipynb) | {build.get(name[:2], '')} |"
+        for name in titles)
+    run = [sec[k] for k in sec if k.startswith("Two commands")]
+    other = [(k, sec[k]) for k in sec if k.startswith("Other ways to run it")]
+    repo_line = f"The repository: <{repo}>." if repo else ""
+    out = [
+        "# Attention, from scratch and autograded（从零实现注意力）",
+        "",
+        sec.get("", ""),
+        "",
+        "## The chapters（章节）",
+        "",
+        "Each chapter is a notebook: motivation, the math (with derivations to write), exercises "
+        "with a check under each, visualizations, measurements, and a self-check. On this site you "
+        "read the chapter as the course's solution run left it: its figures, tables and printed "
+        "measurements; the exercises, checks and self-check questions are shown as the learner "
+        "gets them, without their solutions.",
+        "",
+        "| # | chapter | what you build |",
+        "|---|---|---|",
+        rows,
+        "",
+        "## How to run it（如何运行）",
+        "",
+        "### Locally（本地）",
+        "",
+        *run,
+        "",
+    ]
+    for key, body in other:
+        out += [f"### {key}", "", body.replace("\n- **", "\n- **"), ""]
+    out += [repo_line, "", "```{toctree}", ":hidden:", ":maxdepth: 1", ":caption: Chapters", "",
+            *[f"chapters/{name}" for name in titles], "```", ""]
+    return "\n".join(out)
+
+
+def copy_mathjax(static: Path) -> str:
+    for src in MATHJAX_DIRS:
+        if (src / "MathJax.js").exists():
+            break
+    else:
+        raise SystemExit("MathJax 2 not found: install Debian's libjs-mathjax (make site does it as root)")
+    dst = static / "mathjax"
+    dst.mkdir(parents=True)
+    shutil.copy2(src / "MathJax.js", dst / "MathJax.js")
+    (dst / "config").mkdir()
+    shutil.copy2(src / "config" / "TeX-AMS_CHTML.js", dst / "config" / "TeX-AMS_CHTML.js")
+    for sub in ("extensions", "jax/input/TeX", "jax/element", "jax/output/CommonHTML"):
+        shutil.copytree(src / sub, dst / sub, symlinks=False)
+    fonts = src / "fonts" / "HTML-CSS" / "TeX"
+    if fonts.exists():
+        shutil.copytree(fonts, dst / "fonts" / "HTML-CSS" / "TeX",
+                        ignore=shutil.ignore_patterns("svg", "eot", "png"))
+    return str(src)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="build folder (default build/site)")
+    ap.add_argument("--jobs", default="auto", help="sphinx-build -j (default auto)")
+    args = ap.parse_args(argv)
+    out = args.out.resolve()
+    src, html = out / "src", out / "html"
+    times = {}
+    t0 = time.perf_counter()
+    shutil.rmtree(out, ignore_errors=True)
+    (src / "chapters").mkdir(parents=True)
+    (src / "_release").mkdir()
+    repo = repository_url()
+    titles = {}
+    for name in chapters():
+        nb, rel_path = site_notebook(name, repo)
+        nbformat.write(nb, src / "chapters" / f"{name}.ipynb")
+        shutil.copy2(rel_path, src / "_release" / f"{name}.ipynb")
+        titles[name] = title_of(nb)
+    (src / "index.md").write_text(landing_page(titles, repo))
+    shutil.copy2(SITE_CONF / "conf.py", src / "conf.py")
+    shutil.copytree(SITE_CONF / "_static", src / "_static")
+    times["preprocess (16 site notebooks, landing page)"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    mj = copy_mathjax(src / "_static")
+    times[f"copy MathJax 2 from {mj}"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", str(args.jobs), "-d",
+           str(out / "doctrees"), str(src), str(html)]
+    res = subprocess.run(cmd, cwd=out)
+    times["sphinx-build (read + write HTML)"] = time.perf_counter() - t2
+    if res.returncode:
+        print("sphinx-build failed", file=sys.stderr)
+        return res.returncode
+    (out / "timings.json").write_text(json.dumps(times, indent=1))
+    total = time.perf_counter() - t0
+    for k, v in times.items():
+        print(f"  {v:6.1f} s  {k}")
+    print(f"site built in {total:.1f} s: {html}/index.html  "
+          f"(serve it: python -m http.server -d {os.path.relpath(html, ROOT)} 8000)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
