@@ -2,7 +2,8 @@
 
 - its key is salted per question (``qid``, unique in the course) and matches the solution's answer;
 - a wrong answer gets a hint that states neither the answer nor the explanation; the explanation
-  (``why``) comes only with the right answer;
+  (``why``) comes only with the right answer, and it is sealed in the cell the learner sees (only
+  the right answer opens it), so reading the test cell gives nothing away;
 - the right letters are spread: no chapter has the same letter for all its questions, and no letter
   is right in more than 40% of the course's multiple-choice questions;
 - in the learner release an unanswered question is ``answer_k = None`` (its check says "Set your
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from utils.checks import CheckFailure, check_choice, check_number, quiz_key
+from utils.checks._quiz import SEALED, open_why
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,6 +77,8 @@ def test_key_is_salted_and_matches_the_answer(assignment, quiz, kind, kw, answer
     assert kw.get("hint") and kw.get("why"), f"{assignment} {quiz}: a hint (wrong answer) and a why (right answer)"
     decimals = kw.get("decimals", 2) if kind == "check_number" else None
     assert kw.get("key") == quiz_key(answer, decimals, qid=kw["qid"]), f"{assignment} {quiz}: key does not match the answer"
+    assert kw["why"].startswith(SEALED), f"{assignment} {quiz}: seal the why (python tools/seal_quizzes.py)"
+    assert open_why(kw["why"], answer, decimals, qid=kw["qid"]), f"{assignment} {quiz}: the why does not open with the answer"
 
 
 def test_question_ids_are_unique():
@@ -106,14 +110,17 @@ def test_a_wrong_answer_gets_a_hint_never_the_answer(assignment, quiz, kind, kw,
         args["decimals"] = decimals
         right_call = lambda: check_number(answer, **args)  # noqa: E731
         wrong_calls = [lambda: check_number(float(answer) + 1.0, **args), lambda: check_number(-float(answer) - 0.5, **args)]
+    why = open_why(kw["why"], answer, decimals, qid=kw["qid"])
     with redirect_stdout(io.StringIO()) as out:
         right_call()
-    assert "✅" in out.getvalue() and kw["why"] in out.getvalue()
+    assert "✅" in out.getvalue() and why in out.getvalue()
     for call in wrong_calls:
         with pytest.raises(CheckFailure) as info:
             call()
         msg = str(info.value)
-        assert kw["why"] not in msg and kw["hint"] in msg
+        assert why not in msg and kw["hint"] in msg
+    if kind == "check_choice":  # a wrong letter does not open the explanation
+        assert all(open_why(kw["why"], w, qid=kw["qid"]) is None for w in wrong)
         assert not _gives_away(msg.replace(kw["hint"], ""), kind, answer, decimals) or kind == "check_number"
 
 

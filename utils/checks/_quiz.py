@@ -8,15 +8,21 @@ once whether it is right:
 * a wrong answer raises with the ``hint``: which idea to revisit, never the answer. The ``why`` is
   never shown for a wrong answer.
 
+The test cell is visible in the learner's release, so its ``why`` (which states the answer) is
+*sealed* (:func:`seal_why`): encrypted with a key derived from the question's id and its right
+answer. Only the right answer opens it, so reading the cell gives nothing away. (The plain text
+sits in the cell's hidden-tests block, for the course's authors.)
+
 The hidden part, stripped from the learner's release, asserts the value for the grade.
 """
+import base64
 import hashlib
 import math
 import numbers
 
 from ._core import CheckFailure
 
-__all__ = ["check_choice", "check_number", "quiz_key"]
+__all__ = ["check_choice", "check_number", "quiz_key", "seal_why"]
 
 
 def _digest(text: str) -> str:
@@ -39,6 +45,42 @@ def quiz_key(answer, decimals: int | None = None, qid: str | None = None) -> str
     """
     text = _canonical(answer, decimals)
     return _digest(f"{qid}:{text}" if qid is not None else text)
+
+
+SEALED = "sealed:"
+
+
+def _stream(answer, decimals: int | None, qid: str | None, n: int) -> bytes:
+    seed = hashlib.sha256(f"attention-course-why:{qid}:{_canonical(answer, decimals)}".encode()).digest()
+    out = b""
+    counter = 0
+    while len(out) < n:
+        out += hashlib.sha256(seed + counter.to_bytes(8, "big")).digest()
+        counter += 1
+    return out[:n]
+
+
+def seal_why(text: str, answer, decimals: int | None = None, qid: str | None = None) -> str:
+    """The ``why=`` an author writes in a quiz cell: ``text`` sealed with the right ``answer``
+    (authors run this once, like :func:`quiz_key`). A check opens it only with the right answer."""
+    data = text.encode()
+    mixed = bytes(a ^ b for a, b in zip(data, _stream(answer, decimals, qid, len(data))))
+    return SEALED + base64.b64encode(hashlib.sha256(data).digest()[:4] + mixed).decode()
+
+
+def open_why(why: str | None, answer, decimals: int | None = None, qid: str | None = None) -> str | None:
+    """The explanation: ``why`` as written, or unsealed with ``answer`` (None if it does not open)."""
+    if not why or not why.startswith(SEALED):
+        return why
+    try:
+        raw = base64.b64decode(why[len(SEALED):])
+    except ValueError:
+        return None
+    tag, mixed = raw[:4], raw[4:]
+    data = bytes(a ^ b for a, b in zip(mixed, _stream(answer, decimals, qid, len(mixed))))
+    if hashlib.sha256(data).digest()[:4] != tag:
+        return None
+    return data.decode(errors="replace")
 
 
 def _verdict(right: bool, shown: str, why: str | None, hint: str | None) -> None:
@@ -68,7 +110,8 @@ def check_choice(answer, choices: str = "abcd", key: str | None = None, why: str
     if key is None:
         print(f"Answer recorded: {letter!r} (graded when you submit).")
         return
-    _verdict(quiz_key(letter, qid=qid) == key, repr(letter), why, hint)
+    right = quiz_key(letter, qid=qid) == key
+    _verdict(right, repr(letter), open_why(why, letter, qid=qid) if right else None, hint)
 
 
 def check_number(answer, key: str | None = None, decimals: int = 2, why: str | None = None,
@@ -88,4 +131,5 @@ def check_number(answer, key: str | None = None, decimals: int = 2, why: str | N
     if key is None:
         print(f"Answer recorded: {answer!r} (graded when you submit).")
         return
-    _verdict(quiz_key(answer, decimals, qid=qid) == key, f"{answer!r}", why, hint)
+    right = quiz_key(answer, decimals, qid=qid) == key
+    _verdict(right, f"{answer!r}", open_why(why, answer, decimals, qid=qid) if right else None, hint)
