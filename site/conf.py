@@ -32,6 +32,8 @@ html_show_sourcelink = True
 html_copy_source = True
 html_last_updated_fmt = None
 html_favicon = "_static/favicon.svg"
+# The theme's colour mode: without it pydata-sphinx-theme logs "Got invalid theme mode" on every page.
+html_context = {"default_mode": "light"}
 html_theme_options = {
     "show_toc_level": 3,
     "home_page_in_toc": True,

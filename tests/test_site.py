@@ -303,8 +303,8 @@ PAGE_SCRIPT = r"""
   const raw = text.match(/\\\(|\\\[|\$\$|\$[^\s$][^$\n]{0,200}?\$/g) || [];
   let cjk = 0;
   document.querySelectorAll('h1, h2, h3, h4').forEach(h => {
-    const own = [...h.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('');
-    if (/[\u4e00-\u9fff]/.test(h.textContent)) { h.setAttribute('data-cjk', String(cjk++)); }
+    // Only headings the page draws (the theme keeps hidden copies of some titles).
+    if (h.getClientRects().length && /[\u4e00-\u9fff]/.test(h.textContent)) { h.setAttribute('data-cjk', String(cjk++)); }
   });
   return JSON.stringify({
     imgs, nmath: maths.length, untypeset, raw,
@@ -356,6 +356,8 @@ def browser_report(site):
         cjk_families = _cjk_families()
         pages = sorted(str(p.relative_to(html)) for p in html.rglob("*.html")
                        if p.relative_to(html).parts[0] not in ("_static", "_sources", "_downloads"))
+        only = [x for x in os.environ.get("SITE_PAGES", "").split(",") if x]  # for debugging
+        pages = [p for p in pages if not only or p in only]
         SHOTS.mkdir(parents=True, exist_ok=True)
         for rel in pages:
             cdp.events.clear()
@@ -401,6 +403,7 @@ def browser_report(site):
             proc.kill()
         server.shutdown()
         shutil.rmtree(profile, ignore_errors=True)
+    (SHOTS / "browser_report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str))
     report["html"] = html
     return report
 

@@ -64,6 +64,33 @@ def strip_markers(source: str) -> str:
     return "\n".join(lines)
 
 
+def separate_display_math(source: str) -> str:
+    """Blank lines around `$$ ... $$` blocks. Jupyter renders `$$x$$` glued to the next line of
+    text, but MyST's dollarmath then reads the `$$` as inline math and pairs every later `$` wrongly
+    (raw `$...$` left on the page). The text itself is unchanged."""
+    lines, out, i = source.split("\n"), [], 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip().startswith("$$"):
+            j = i
+            if not (len(line.strip()) > 2 and line.strip().endswith("$$")):
+                j = i + 1
+                while j < len(lines) and not lines[j].strip().endswith("$$"):
+                    j += 1
+                j = min(j, len(lines) - 1)
+            indent = line[: len(line) - len(line.lstrip())]
+            if out and out[-1].strip():
+                out.append(indent)
+            out.extend(lines[i:j + 1])
+            if j + 1 < len(lines) and lines[j + 1].strip():
+                out.append(indent)
+            i = j + 1
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
 def clean_outputs(outputs):
     kept = []
     for out in outputs:
@@ -99,6 +126,8 @@ def site_notebook(name: str, repo: str | None):
             if new.cell_type == "code":
                 new.outputs = []
                 new.execution_count = None
+            else:
+                new.source = separate_display_math(new.source)
             new.metadata.setdefault("tags", [])
             cells.append(new)
             continue
@@ -109,6 +138,8 @@ def site_notebook(name: str, repo: str | None):
         if new.cell_type == "code":
             new.source = strip_markers(new.source)
             new.outputs = clean_outputs(new.outputs)
+        elif new.cell_type == "markdown":
+            new.source = separate_display_math(new.source)
         cells.append(new)
     if missing:
         print(f"  warning: {name}: cells {missing} are not in the release (left out of the site); "
