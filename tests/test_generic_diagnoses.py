@@ -269,28 +269,26 @@ def test_bank_hints_come_first(name):
 
 
 # ---------------------------------------------------------------- the figure does not fall
-# Leave-one-out on the course's banks (tools/diagnosis_figure.py), measured 2026-11-27:
-# {exercise: rejections named by a generic clue or the shared features}. A fast subset here.
-FAST_SUBSET = {
-    "softmax": 0, "logsumexp": 0, "causal_mask": 0, "padding_mask": 0, "masked_softmax": 0,
-    "softmax_backward": 0, "sliding_window_mask": 0, "attention_entropy": 0,
-}
+# Leave-one-out on the course's banks (python tools/diagnosis_figure.py), measured 2026-11-27 on
+# 483 mutants of 39 exercises: 133 (28%) named by a clue about the output, 208 (43%) by a clue,
+# which output is wrong or the shared features; 41 (8%) by another mutant's hint, as before.
+# Here: {exercise: rejections named by a generic line} for a fast subset (small function exercises).
+FAST_SUBSET = {"causal_mask": 8, "kv_cache_bytes": 7, "attention_entropy": 7, "padding_mask": 7}
 MARGIN = 1  # per exercise: a borderline tolerance may change with the cases' seeds
+WHOLE_COURSE = 0.43  # share of leave-one-out rejections named by a generic line (clue, which or share)
 
 
 @pytest.mark.parametrize("name", sorted(FAST_SUBSET))
 def test_leave_one_out_figure_does_not_fall(name):
     rows = diagnosis_figure.leave_one_out(EXERCISES[name])
     assert all(msg is not None for _, _, msg in rows), "every mutant is still rejected without its own hint"
-    named = sum(bool(kinds & {"clue", "share"}) for _, kinds, _ in rows)
+    named = sum(bool(kinds & {"clue", "which", "share"}) for _, kinds, _ in rows)
     assert named >= FAST_SUBSET[name] - MARGIN, f"{name}: {named} rejections named generically, was {FAST_SUBSET[name]}"
 
 
 @pytest.mark.slow
 def test_leave_one_out_figure_whole_course():
+    """The whole course: about 20 minutes on a busy 2-core machine (7 when idle)."""
     totals = diagnosis_figure.figure(out=lambda *a: None)
     assert totals["passed"] == 0
     assert totals["generic"] / totals["rejected"] >= WHOLE_COURSE - 0.03
-
-
-WHOLE_COURSE = 0.0  # share of leave-one-out rejections named by a clue or the shared features

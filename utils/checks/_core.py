@@ -1235,8 +1235,7 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
             return clues
         if _close(ed.reshape(g.shape), gd, atol, rtol):
             return [("reshaped", f"your {path} holds the expected values in the expected order, but with shape "
-                                 f"{tuple(g.shape)} instead of {tuple(e.shape)} (a dim of size 1 kept or dropped, "
-                                 "or a reshape too many).")]
+                                 f"{tuple(g.shape)} instead of {tuple(e.shape)}{_why_reshaped(e, g)}.")]
         return clues
     if not finite or not bool(torch.isfinite(gd).all()):
         return clues
@@ -1273,8 +1272,9 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
                               "wrong dim."))
             else:
                 lo, hi = float(gsums[rows].min()), float(gsums[rows].max())
+                sums_to = f"{lo:.4g}" if f"{lo:.4g}" == f"{hi:.4g}" else f"{lo:.4g} … {hi:.4g}"
                 clues.append(("rows do not sum to 1",
-                              f"the rows of your {path} (over the last dim) sum to {lo:.4g} … {hi:.4g}; the expected "
+                              f"the rows of your {path} (over the last dim) sum to {sums_to}; the expected "
                               "rows sum to 1 (a distribution over the last dim)."))
     # a constant factor or offset, for the whole tensor or per row
     c = float((gd * ed).sum() / (ed * ed).sum())
@@ -1288,6 +1288,7 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
         num, den = (gd * ed).sum(-1, keepdim=True), (ed * ed).sum(-1, keepdim=True)
         r = torch.where(den > 0, num / den.clamp_min(1e-300), torch.ones_like(den))
         if _close(r * ed, gd, atol, rtol) and float((r - 1).abs().max()) > 1e-3:
+            clues = [c for c in clues if c[0] != "rows do not sum to 1"]  # the factor says more
             clues.append(("factor per row", f"each row (over the last dim) of your {path} is the expected row times its "
                           f"own factor ({float(r.min()):.4g} … {float(r.max()):.4g}): a missing or wrong normalisation "
                           "of each row."))
@@ -1360,13 +1361,18 @@ def _say_offsets(offsets: set) -> str:
     return ", ".join(runs).replace("-", "−")
 
 
+def _why_reshaped(e: torch.Tensor, g: torch.Tensor) -> str:
+    if [n for n in e.shape if n != 1] == [n for n in g.shape if n != 1]:
+        return " (a dim of size 1 kept or dropped: keepdim, squeeze or unsqueeze)"
+    return ": reshape it"
+
+
 def _reshape_clue(e: torch.Tensor, g: torch.Tensor, path: str) -> list:
     if g.numel() != e.numel() or g.dtype != e.dtype or e.numel() < 2:
         return []
     if bool((e.reshape(g.shape) == g).all()):
         return [("reshaped", f"your {path} holds the expected values in the expected order, but with shape "
-                             f"{tuple(g.shape)} instead of {tuple(e.shape)} (a dim of size 1 kept or dropped, "
-                             "or a reshape too many).")]
+                             f"{tuple(g.shape)} instead of {tuple(e.shape)}{_why_reshaped(e, g)}.")]
     return []
 
 
