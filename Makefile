@@ -19,12 +19,13 @@ FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-fast release autograde feedback export samples benchmark clean help
+.PHONY: setup lab test test-fast release autograde feedback export samples benchmark site clean help
 
 help:
 	@echo "make lab        set up and open JupyterLab on the course"
 	@echo "make test       set up and run every test (CI runs this)"
 	@echo "make release    regenerate notebooks/ from solutions/"
+	@echo "make site       the course as a static website in build/site/html (serve: python -m http.server -d build/site/html)"
 	@echo "make autograde SUBMISSIONS=<dir> REPORTS=<dir>   grade a class"
 	@echo "make feedback   per-student HTML feedback (after autograde)"
 	@echo "make export ROSTER=<canvas.csv>   grades for Canvas (canvas.csv) and any LMS (grades_wide.csv) in REPORTS"
@@ -49,13 +50,15 @@ $(STAMP): requirements.txt pyproject.toml
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	for pkg in $(DEBIAN_EXTRAS); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	command -v chromium >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing (Debian packages)"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) || echo "warning: could not install$$missing"; \
-	  else echo "warning: not installed:$$missing (bubblewrap: grading without namespaces; postgresql: its test is skipped; fonts: boxes in a browser; libjs-mathjax: formulas unrendered offline)"; fi; \
+	  else echo "warning: not installed:$$missing (bubblewrap: grading without namespaces; postgresql: its test is skipped; fonts: boxes in a browser; libjs-mathjax: formulas unrendered offline; chromium: the website is not tested in a browser)"; fi; \
 	fi
 
+# chromium (Debian's; a runner's google-chrome does too): tests/test_site.py opens the website in it.
 # Also, where apt can: the fonts that draw the Chinese of every heading and the ✅ of every check in a
 # browser (without them they show as boxes), and MathJax, served locally to formgrader and the site
 # (no CDN: grading machines and CI have no network).
@@ -87,6 +90,11 @@ test: setup .system-checked
 
 test-fast: setup .system-checked
 	$(BIN)/python -m pytest -q tests -m "not slow"
+
+# The website: Sphinx + myst-nb from the executed solutions (demo cells and outputs) and the releases
+# (exercises as learners get them); MathJax from libjs-mathjax; no network. tests/test_site.py checks it.
+site: setup .system-checked
+	$(BIN)/python tools/build_site.py
 
 release: setup
 	$(BIN)/python -m grader release

@@ -28,6 +28,7 @@ suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
 
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]
+html_css_files = ["course.css"]
 html_show_sourcelink = True
 html_copy_source = True
 html_last_updated_fmt = None
