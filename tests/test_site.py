@@ -90,6 +90,7 @@ def _plain(text: str) -> str:
     return _ws(MD_SYMBOLS.sub(" ", text))
 
 
+@functools.lru_cache(maxsize=1)
 def _secrets():
     """(kind, chapter, text) of every non-trivial secret line, and the public corpus."""
     secrets, public = [], []
@@ -124,7 +125,10 @@ def _secrets():
         elif kind == "quiz answer" or (len(text) >= 10 and not text.startswith("#")):
             if _ws(text) not in public_ws:
                 kept.append((kind, name, _ws(text), False))
-    return kept
+    return tuple(kept)
+
+
+BINARY_KEYS = {"image/png", "image/jpeg", "image/gif", "application/pdf"}
 
 
 def _texts(path: Path):
@@ -145,15 +149,16 @@ def _texts(path: Path):
                 if isinstance(x, str):
                     strings.append(x)
                 elif isinstance(x, dict):
-                    for v in x.values():
-                        walk(v)
+                    for k, v in x.items():
+                        if k not in BINARY_KEYS:  # base64 figures: no text to leak, and most of the bytes
+                            walk(v)
                 elif isinstance(x, list):
                     if x and all(isinstance(s, str) for s in x):
                         strings.append("".join(x))  # notebook sources are lists of lines
                     for v in x:
                         walk(v)
             walk(data)
-            forms.append("\n".join(strings))
+            forms = ["\n".join(strings)]  # every string of the JSON, decoded (the raw form only escapes them)
     return forms
 
 
@@ -199,6 +204,14 @@ def test_the_scan_finds_a_planted_leak(tmp_path):
     (tmp_path / "nb.ipynb.txt").write_text(json.dumps({"cells": [{"source": [quiz[2] + "\n"]}]}))
     leaks = _scan(tmp_path, [code, quiz, deriv])
     assert len(leaks) == 3, leaks
+    # And the solution notebook itself, as an .ipynb, leaks every kind.
+    name = "03_scaled_dot_product_attention"
+    shutil.copy2(ROOT / "solutions" / name / f"{name}.ipynb", tmp_path / "sol.ipynb")
+    (tmp_path / "page.html").unlink()
+    (tmp_path / "nb.ipynb.txt").unlink()
+    found = {line.split(": ")[1].split(" of ")[0] for line in _scan(tmp_path, [s for s in secrets if s[1] == name])}
+    assert found == {"solution", "hidden test", "quiz answer", "derivation"} - ({"hidden test"} if not any(
+        s[0] == "hidden test" and s[1] == name for s in secrets) else set()), found
 
 
 # ------------------------------------------------------------------------- static structure
