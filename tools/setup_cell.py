@@ -56,7 +56,7 @@ def render() -> str:
 
 
 def cell() -> dict:
-    return {"cell_type": "code", "execution_count": None, "id": CELL_ID, "metadata": {},
+    return {"cell_type": "code", "execution_count": 1, "id": CELL_ID, "metadata": {},
             "outputs": [{"name": "stdout", "output_type": "stream", "text": [OUTPUT]}],
             "source": render().splitlines(keepends=True)}
 
@@ -77,9 +77,9 @@ def write(path: Path) -> bool:
     existing = next((i for i, c in enumerate(nb["cells"]) if c.get("id") == CELL_ID), None)
     if existing is not None:
         old = nb["cells"][existing]
-        if _source(old) == _source(new) and existing == _first_code(nb):
+        if _source(old) == _source(new) and existing == _first_code(nb) and old.get("execution_count"):
             return False
-        new["execution_count"] = old.get("execution_count")
+        new["execution_count"] = old.get("execution_count") or 1
         nb["cells"][existing] = new
         if existing != _first_code(nb):
             nb["cells"].insert(_first_code(nb), nb["cells"].pop(existing))
