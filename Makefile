@@ -86,7 +86,7 @@ NBVAL := --nbval --nbval-sanitize-with grader/nbval_sanitize.cfg --nbval-current
 # worker, longest first). TEST_WORKERS=0 runs everything in this one process.
 TEST_WORKERS ?= 2
 test: setup .system-checked
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope tests solutions $(NBVAL)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests solutions $(NBVAL)
 
 test-fast: setup .system-checked
 	$(BIN)/python -m pytest -q tests -m "not slow"
