@@ -81,10 +81,12 @@ lab: setup
 
 NBVAL := --nbval --nbval-sanitize-with grader/nbval_sanitize.cfg --nbval-current-env
 
-# One pytest run: the tests of utils and the grader, and every solution notebook under nbval, on
-# TEST_WORKERS pytest-xdist workers (conftest.py keeps each test module and each notebook on one
-# worker, longest first). TEST_WORKERS=0 runs everything in this one process.
-TEST_WORKERS ?= 2
+# One pytest run: the tests of utils and the grader, every solution notebook under nbval, and every
+# chapter run with other correct answers and as released, on TEST_WORKERS pytest-xdist workers
+# (conftest.py keeps each module, notebook and chapter run on one worker and spreads test_checks.py's
+# tests; longest first). Three workers on 2 cores: much of a worker's time is a kernel's start-up and
+# a sandbox's waiting. TEST_WORKERS=0 runs everything in this one process.
+TEST_WORKERS ?= 3
 test: setup .system-checked
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests solutions $(NBVAL)
 
