@@ -331,3 +331,41 @@ def test_round_two_attacks_leave_no_script_in_what_is_rendered(graded):
         found.clear()
         Links().feed(page.read_text())
         assert not [f for f in found if f[1] in ("href", "src") and f[2].startswith(("javascript:", "data:text", "vbscript:"))]
+
+
+def test_the_bank_exports_to_canvas_and_any_lms(graded):
+    """make export on the bank's gradebook (issue 19 §3): a roster in Canvas's export format with
+    every bank student but one, plus a student who submitted nothing; the export files are kept in
+    reports/lms_bank/ for the record."""
+    from grader.export import export, read_roster
+
+    tmp, _, env = graded
+    graded_ids = sorted({r["student_id"] for r in _read(tmp / "reports" / "grades.csv")})
+    left_off, on_roster = graded_ids[0], graded_ids[1:]
+    roster = tmp / "canvas_roster.csv"
+    with open(roster, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section"])
+        w.writerow(["    Points Possible", "", "", "", ""])
+        for i, s in enumerate(on_roster + ["nobody_submitted"]):
+            w.writerow([f"Student {i}", 1000 + i, f"S{i:04d}", s, "A" if i % 2 else "B"])
+    assert len(read_roster(roster)) == len(on_roster) + 1
+    import io
+    err = io.StringIO()
+    summary = export(tmp / "lms", roster, db_url=env["GRADEBOOK_URL"], stderr=err)
+    assert summary["unmatched"] == [left_off] and left_off in err.getvalue()
+    canvas = list(csv.reader(open(tmp / "lms" / "canvas.csv", newline="")))
+    assert canvas[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"] and canvas[1][0] == "Points Possible"
+    assert len(canvas) == 2 + len(on_roster) + 1
+    assert all(c == "" for c in canvas[-1][5:])  # no submission: empty cells (the default)
+    totals = {r["student_id"]: 0.0 for r in _read(tmp / "reports" / "grades.csv")}
+    for r in _read(tmp / "reports" / "grades.csv"):
+        totals[r["student_id"]] += float(r["score"])
+    wide = {r["student_id"]: r for r in _read(tmp / "lms" / "grades_wide.csv")}
+    for s in on_roster:
+        assert float(wide[s]["total"]) == pytest.approx(totals[s]), s
+    keep = ROOT / "reports" / "lms_bank"
+    keep.mkdir(parents=True, exist_ok=True)
+    for name in ("canvas.csv", "grades_wide.csv", "unmatched.csv"):
+        shutil.copy(tmp / "lms" / name, keep / name)
+    shutil.copy(roster, keep / "canvas_roster.csv")
