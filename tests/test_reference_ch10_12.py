@@ -311,7 +311,7 @@ def _rope_complex_float32(x, positions=None, base=10000.0):
     positions = torch.arange(S) if positions is None else positions
     freqs = torch.outer(positions.float(), base ** (-torch.arange(0, D, 2).float() / D))
     z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
-    return torch.view_as_real(z * torch.polar(torch.ones_like(freqs), freqs)).flatten(-2)
+    return torch.view_as_real(z * torch.polar(torch.ones_like(freqs), freqs)).flatten(-2).to(x.dtype)  # same dtype as x
 
 
 ALTERNATIVES = [
