@@ -99,20 +99,26 @@ def read_regular(path: Path, limit: int) -> tuple[bytes | None, str | None]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None, "it is not a regular file"
-        if st.st_size > limit:
-            return None, f"it is larger than {limit // 2**20} MiB"
-        chunks, total = [], 0
-        while total <= limit:
-            b = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not b:
-                break
-            chunks.append(b)
-            total += len(b)
-        if total > limit:
-            return None, f"it is larger than {limit // 2**20} MiB"
-        return b"".join(chunks), None
+        return _read_capped(fd, st, limit)
     finally:
         os.close(fd)
+
+
+def _read_capped(fd: int, st: os.stat_result, limit: int) -> tuple[bytes | None, str | None]:
+    """The bytes of the open regular file ``fd`` (its ``fstat`` is ``st``), at most ``limit`` of
+    them: a file that is or grows larger is refused with a reason."""
+    if st.st_size > limit:
+        return None, f"it is larger than {limit // 2**20} MiB"
+    chunks, total = [], 0
+    while total <= limit:
+        b = os.read(fd, min(1 << 20, limit + 1 - total))
+        if not b:
+            break
+        chunks.append(b)
+        total += len(b)
+    if total > limit:
+        return None, f"it is larger than {limit // 2**20} MiB"
+    return b"".join(chunks), None
 
 
 def read_below(root: Path, parts: list[str], limit: int) -> tuple[bytes | None, str | None]:
@@ -154,18 +160,7 @@ def read_below(root: Path, parts: list[str], limit: int) -> tuple[bytes | None, 
             return None, "it is not a regular file"
         if st.st_nlink > 1:
             return None, "it is a hard link to another file: links are refused"
-        if st.st_size > limit:
-            return None, f"it is larger than {limit // 2**20} MiB"
-        chunks, total = [], 0
-        while total <= limit:
-            b = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not b:
-                break
-            chunks.append(b)
-            total += len(b)
-        if total > limit:
-            return None, f"it is larger than {limit // 2**20} MiB"
-        return b"".join(chunks), None
+        return _read_capped(fd, st, limit)
     finally:
         for fd in reversed(fds):
             os.close(fd)
