@@ -18,8 +18,12 @@ def cmd_release(args) -> int:
     # change an assignment's cells in a gradebook that already holds submissions of it; grading
     # records the current release in the real gradebook itself).
     with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            out = course.generate(name, course.NOTEBOOKS, db=f"sqlite:///{tmp}/gradebook.db")
+        db = f"sqlite:///{tmp}/gradebook.db"
+        if set(names) == set(course.assignments()):
+            outs = list(course.generate_all(course.NOTEBOOKS, db=db).values())
+        else:
+            outs = [course.generate(name, course.NOTEBOOKS, db=db) for name in names]
+        for out in outs:
             print(f"released {out.relative_to(course.ROOT)}")
     return 0
 
@@ -28,9 +32,9 @@ def cmd_check_release(args) -> int:
     """Fail when notebooks/ differs from a fresh regeneration of solutions/."""
     problems = []
     with tempfile.TemporaryDirectory() as tmp:
-        db = f"sqlite:///{tmp}/gradebook.db"
-        for name in course.assignments():
-            fresh = course.comparable(course.load_json(course.generate(name, Path(tmp) / "release", db=db)))
+        generated = course.generate_all(Path(tmp) / "release", db=f"sqlite:///{tmp}/gradebook.db")
+        for name, out in generated.items():
+            fresh = course.comparable(course.load_json(out))
             path = course.release_path(name)
             if not path.exists():
                 problems.append(f"{path.relative_to(course.ROOT)} is missing: run `make release`")

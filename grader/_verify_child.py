@@ -170,7 +170,7 @@ def run_exercise(payload, chunks, out_name):
     """In a forked child: the learner's definitions, then the exercise's cases; raw outputs to
     ``out_name`` (up to and including the first case that raises or goes over its budget)."""
     from utils.checks import EXERCISES
-    from utils.checks._core import Budget, BudgetExceeded, Case, ForbiddenCall, case_seed, learner_code
+    from utils.checks._core import Budget, BudgetExceeded, Case, ForbiddenCall, case_seed, learner_code, reseed
 
     name = payload["exercise"]
     ex = EXERCISES[name]
@@ -213,7 +213,7 @@ def run_exercise(payload, chunks, out_name):
     else:
         outputs = []
         for i, case in enumerate(cases):
-            torch.manual_seed(case_seed(i))
+            reseed(case_seed(i))
             try:
                 out = call(case)
             except ForbiddenCall as err:

@@ -110,6 +110,13 @@ def generate(assignment: str, release_dir: Path, db: str | None = None) -> Path:
     return release_dir / assignment / f"{assignment}.ipynb"
 
 
+def generate_all(release_dir: Path, db: str | None = None) -> dict[str, Path]:
+    """Every assignment in one nbgrader process (its assignment id ``*`` is a glob over solutions/):
+    nbgrader's start-up (about 3 s) is paid once, not sixteen times."""
+    nbgrader("generate_assignment", "*", "--force", f"--CourseDirectory.release_directory={release_dir}", db=db)
+    return {a: release_dir / a / f"{a}.ipynb" for a in assignments()}
+
+
 def load_json(path: Path) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)

@@ -462,8 +462,11 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
         raise SystemExit(str(err)) from None
     wanted = sorted({j.assignment for j in jobs})
     releases, solutions = {}, {}
-    for a in wanted:  # the current source, recorded in the gradebook (does not touch notebooks/)
-        releases[a] = course.load_json(_generate(a, work / "release"))
+    # The current source, recorded in the gradebook (does not touch notebooks/): every assignment
+    # in one nbgrader process when the batch has them all, else one process each.
+    generated = _generate(None if set(wanted) == set(course.assignments()) else wanted, work / "release")
+    for a in wanted:
+        releases[a] = course.load_json(generated[a])
         solutions[a] = course.load_json(course.source_path(a))
 
     start = time.monotonic()
@@ -497,13 +500,15 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     return "\n".join(lines)
 
 
-def _generate(assignment: str, release_dir: Path, attempts: int = 4) -> Path:
-    """Record the current release in the gradebook. Several grading machines sharing one
-    PostgreSQL gradebook may create the same assignment at the same moment: the loser of that
-    race sees a unique-key error, and simply tries again (the rows now exist)."""
+def _generate(assignments: list[str] | None, release_dir: Path, attempts: int = 4) -> dict[str, Path]:
+    """Record the current release of ``assignments`` (None: all of them) in the gradebook. Several
+    grading machines sharing one PostgreSQL gradebook may create the same assignment at the same
+    moment: the loser of that race sees a unique-key error, and simply tries again (the rows now exist)."""
     for attempt in range(attempts):
         try:
-            return course.generate(assignment, release_dir)
+            if assignments is None:
+                return course.generate_all(release_dir)
+            return {a: course.generate(a, release_dir) for a in assignments}
         except RuntimeError:
             if attempt == attempts - 1:
                 raise

@@ -6,7 +6,7 @@ import torch
 
 from .. import reference as ref
 from ._core import (DEFAULT_SECONDS, Budget, Case, Exercise, Mutant, Variant, describe, generator, randn,
-                    random_padding_mask, rng)
+                    random_padding_mask, reseed, rng)
 from ._forbid import MHA, SDPA
 from ._registry import register
 
@@ -357,7 +357,7 @@ check_scaled_dot_product_attention = register(SDPA_EXERCISE)
 # ---------------------------------------------------------------- dot_product_variance
 # The estimate is reproducible, not statistical (issue 18 §2: closed form x chi-square noise passed a
 # statistical judge). The draw order that the prompt states, and that the check reproduces exactly:
-#   1. the check calls torch.manual_seed(case seed) (``_seeded``) right before each call;
+#   1. the check seeds torch's global generator with the case seed (``_seeded``) right before each call;
 #   2. q = torch.randn(n_samples, d_k)   -- float32, torch's global generator, FIRST draw;
 #   3. k = torch.randn(n_samples, d_k)   -- float32, global generator, SECOND draw; nothing else drawn;
 #   4. dots = (q * k).sum(-1), divided by sqrt(d_k) when scaled; return dots.var() (unbiased,
@@ -384,7 +384,7 @@ def _variance_budget(case: Case) -> Budget:
 def _seeded(seed: int):
     """The case's runner: seed torch's global generator, then call (the prompt says the check does)."""
     def run(fn, case: Case):
-        torch.manual_seed(seed)
+        reseed(seed)
         return fn(*case.args, **case.kwargs)
 
     return run
@@ -403,7 +403,7 @@ def _judge_exact(d_k: int, n: int, scaled: bool, seed: int):
         if isinstance(got, bool) or not isinstance(got, float):
             return f"dot_product_variance should return a Python float (use .item()), got {describe(got)}."
         with torch.random.fork_rng():
-            torch.manual_seed(seed)
+            reseed(seed)
             want = unguarded(ref.dot_product_variance)(d_k, n, scaled)
         if math.isfinite(got) and abs(got - want) <= 1e-6 + 1e-4 * abs(want):
             return None

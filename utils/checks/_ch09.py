@@ -23,7 +23,7 @@ from .._guard import ForbiddenCall, unguarded
 from ..reference._common import masked_softmax_impl
 from ._ch06 import warm_dispatch_modes
 from ._core import (DEFAULT_SECONDS, Budget, BudgetExceeded, Case, CheckFailure, Exercise, Mutant, Variant, compare,
-                    describe, generator, load_state_strict, randn, rng)
+                    describe, generator, load_state_strict, randn, reseed, rng)
 from ._forbid import MHA, SDPA
 from ._registry import register
 
@@ -650,7 +650,7 @@ def _build_gqa(cls, case: Case):
     d_model, H, H_kv = case.init["ctor"]
     saved = torch.get_rng_state()  # (torch.random.fork_rng is slow: it also visits every device type)
     try:
-        torch.manual_seed(case.init["seed"])
+        reseed(case.init["seed"])
         module = cls(d_model, H, H_kv)
     finally:
         torch.set_rng_state(saved)

@@ -220,7 +220,7 @@ def build_module(cls, case: Case) -> nn.Module:
     ctor = case.init.get("ctor", ())
     ctor_kwargs = case.init.get("ctor_kwargs", {})
     with torch.random.fork_rng():
-        torch.manual_seed(case.init.get("seed", 0))
+        reseed(case.init.get("seed", 0))
         module = cls(*ctor, **ctor_kwargs)
     if not isinstance(module, nn.Module):
         raise CheckFailure(f"{cls.__name__}(...) should build an nn.Module, got {type(module).__name__}.")
@@ -426,6 +426,22 @@ def _fmt_numel(n: int) -> str:
 _MATMULS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "addmm"}
 
 
+def _broadcast_numel(*shapes) -> int:
+    """``math.prod(torch.broadcast_shapes(*shapes))`` in plain Python (torch's version goes through
+    its symbolic-shape machinery: about 40 µs, on every op a budgeted case runs); 0 when the shapes
+    do not broadcast."""
+    out = [1] * max((len(s) for s in shapes), default=0)
+    for shape in shapes:
+        offset = len(out) - len(shape)
+        for i, d in enumerate(shape):
+            j = offset + i
+            if out[j] == 1:
+                out[j] = d
+            elif d != 1 and d != out[j]:
+                return 0
+    return math.prod(out)
+
+
 def _estimate_numel(name: str, args) -> int:
     """The size of the output a matmul or a broadcasting op is about to allocate (0: unknown)."""
     tensors = [t for t in args if isinstance(t, torch.Tensor)]
@@ -433,11 +449,10 @@ def _estimate_numel(name: str, args) -> int:
         if name in _MATMULS and len(tensors) >= 2:
             a, b = tensors[-2], tensors[-1]
             if a.dim() >= 2 and b.dim() >= 2:
-                batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-                return math.prod(batch) * a.shape[-2] * b.shape[-1]
+                return _broadcast_numel(a.shape[:-2], b.shape[:-2]) * a.shape[-2] * b.shape[-1]
             return 0
         if len(tensors) >= 2:
-            return math.prod(torch.broadcast_shapes(*(t.shape for t in tensors)))
+            return _broadcast_numel(*(t.shape for t in tensors))
     except Exception:  # noqa: BLE001 - not broadcastable: the op will say so itself
         return 0
     return 0
@@ -785,6 +800,18 @@ def case_seed(i: int) -> int:
     return 1000 + i
 
 
+def reseed(s: int) -> None:
+    """``torch.manual_seed(s)`` for the checks, without its cost. ``torch.manual_seed`` also hands the
+    seed to CUDA, XPU and MTIA, and while those are not in use it queues it with a formatted copy of
+    the whole Python stack (about 1 ms each time): a third of a failing check's time went there. The
+    cases are CPU tensors and draw from the CPU generator; an accelerator already in use is seeded too."""
+    torch.default_generator.manual_seed(s)
+    for name in ("cuda", "xpu"):
+        mod = getattr(torch, name, None)
+        if mod is not None and mod.is_initialized():
+            mod.manual_seed_all(s)
+
+
 def tolerance(exercise: Exercise, case: Case) -> tuple:
     return case.tol if case.tol is not None else (exercise.atol, exercise.rtol)
 
@@ -825,7 +852,7 @@ def expected_output(exercise: Exercise, case: Case, i: int):
     from .._guard import unguarded
 
     with torch.random.fork_rng():
-        torch.manual_seed(case_seed(i))
+        reseed(case_seed(i))
         return exercise.call(unguarded(exercise.reference), case)
 
 
@@ -841,7 +868,7 @@ def evaluate(exercise: Exercise, impl, cases: list) -> tuple[list, list, list]:
         exp = expected_output(exercise, case, i)
         expected.append(exp)
         try:
-            torch.manual_seed(case_seed(i))
+            reseed(case_seed(i))
             got = _call_learner(exercise, impl, case)
         except ForbiddenCall as err:
             raise CheckFailure(_forbidden_message(exercise, err)) from None
@@ -875,7 +902,7 @@ def _same_as(exercise: Exercise, impl, cases: list, outputs: list, expected: lis
             if c.judge is not None:
                 continue
             try:
-                torch.manual_seed(case_seed(i))
+                reseed(case_seed(i))
                 with warnings.catch_warnings(), _Tripwire((), exercise.case_budget(c)):
                     warnings.simplefilter("ignore")
                     m = exercise.call(impl, c)
@@ -931,7 +958,7 @@ def _best_factor(exercise: Exercise, case: Case, i: int, got) -> float | None:
 
     def err(logc: float) -> float:
         with torch.random.fork_rng():
-            torch.manual_seed(case_seed(i))
+            reseed(case_seed(i))
             out = exercise.call(ref, exercise.rescale(case, math.exp(logc)))
         return _max_abs_diff(out, got)
 
@@ -947,7 +974,7 @@ def _best_factor(exercise: Exercise, case: Case, i: int, got) -> float | None:
             lo = m1
     logc = (lo + hi) / 2
     with torch.random.fork_rng():
-        torch.manual_seed(case_seed(i))
+        reseed(case_seed(i))
         out = exercise.call(ref, exercise.rescale(case, math.exp(logc)))
     if compare(out, got, *(x * 10 for x in tolerance(exercise, case))) is None and abs(logc) > 1e-3:
         return math.exp(logc)
@@ -1612,7 +1639,7 @@ def _run_check(exercise: Exercise, impl, seed: int | None, quiet: bool) -> int:
     warm_up()
     seed = exercise.default_seed if seed is None else seed
     with torch.random.fork_rng():
-        torch.manual_seed(seed)
+        reseed(seed)
         cases = exercise.make_cases(seed)
         outputs, errors, expected = evaluate(exercise, impl, cases)
         failed = [i for i, e in enumerate(errors) if e]
