@@ -483,8 +483,7 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
             bar.update(1)
     bar.close()
 
-    for a in wanted:
-        score_batch(work, a, sorted({o.student for o in outcomes if o.assignment == a}))
+    score(work, outcomes)
     rows, ex_rows = export(outcomes, reports)
     total = time.monotonic() - start
     (reports / "timing.json").write_text(json.dumps({
@@ -516,6 +515,40 @@ def _generate(assignments: list[str] | None, release_dir: Path, attempts: int = 
     raise AssertionError("unreachable")
 
 
+def score(work: Path, outcomes: list) -> None:
+    """nbgrader scores this batch: in one process for every assignment (its start-up is about 3 s
+    an assignment) when that touches exactly this batch's submissions, that is when none of its
+    students has an earlier submission in the workspace; else, or if that run fails, assignment by
+    assignment (``score_batch``)."""
+    by_assignment: dict = {}
+    for o in outcomes:
+        by_assignment.setdefault(o.assignment, set()).add(o.student)
+    students = {o.student for o in outcomes}
+    on_disk = {(p.parent.name, p.name) for p in (work / "submitted").glob("*/*") if p.is_dir()}
+    mine = {(s, a) for s, a in on_disk if s in students}
+    if len(by_assignment) > 1 and mine == {(o.student, o.assignment) for o in outcomes}:
+        others = sorted({s for s, _ in on_disk} - students)
+        extra = [f"--CourseDirectory.student_id_exclude={','.join(others)}"] if others else []
+        if _nbgrader_autograde(work, "*", extra):
+            return
+    for a, st in sorted(by_assignment.items()):
+        score_batch(work, a, sorted(st))
+
+
+def _nbgrader_autograde(work: Path, assignment: str, extra: list[str]) -> bool:
+    """nbgrader autograde without executing anything (the notebooks hold our outputs already)."""
+    config = _config_dir(work, "noexec", NO_EXEC_CONFIG)
+    proc = course.nbgrader("autograde", assignment, "--force", *extra,
+                           f"--CourseDirectory.submitted_directory={work / 'submitted'}",
+                           f"--CourseDirectory.autograded_directory={work / 'autograded'}",
+                           f"--CourseDirectory.release_directory={work / 'release'}",
+                           check=False, extra_env={"JUPYTER_CONFIG_PATH": config}, timeout=NBGRADER_TIMEOUT)
+    if proc.returncode != 0:
+        with open(work / f"nbgrader-autograde-{'all' if assignment == '*' else assignment}.log", "a") as log:
+            log.write(f"--- {' '.join(extra)[:200]}\n{proc.stdout[-20000:]}{proc.stderr[-20000:]}\n")
+    return proc.returncode == 0
+
+
 def score_batch(work: Path, assignment: str, students: list[str]) -> None:
     """nbgrader scores this batch's students only (earlier batches keep their records). If the
     batch run fails, each student is scored on their own, so one bad submission costs nobody else."""
@@ -523,18 +556,9 @@ def score_batch(work: Path, assignment: str, students: list[str]) -> None:
         return
     others = sorted(p.name for p in (work / "submitted").iterdir() if p.is_dir() and p.name not in set(students)
                     and (p / assignment).is_dir())
-    config = _config_dir(work, "noexec", NO_EXEC_CONFIG)
 
     def run(extra: list[str]) -> bool:
-        proc = course.nbgrader("autograde", assignment, "--force", *extra,
-                               f"--CourseDirectory.submitted_directory={work / 'submitted'}",
-                               f"--CourseDirectory.autograded_directory={work / 'autograded'}",
-                               f"--CourseDirectory.release_directory={work / 'release'}",
-                               check=False, extra_env={"JUPYTER_CONFIG_PATH": config}, timeout=NBGRADER_TIMEOUT)
-        if proc.returncode != 0:
-            with open(work / f"nbgrader-autograde-{assignment}.log", "a") as log:
-                log.write(f"--- {' '.join(extra)[:200]}\n{proc.stdout[-20000:]}{proc.stderr[-20000:]}\n")
-        return proc.returncode == 0
+        return _nbgrader_autograde(work, assignment, extra)
 
     batch = [f"--CourseDirectory.student_id_exclude={','.join(others)}"] if others else []
     if len(students) == 1:
@@ -644,23 +668,25 @@ def feedback(reports: Path, out: Path, work: Path | None = None) -> int:
     if not (work / "autograded").is_dir():
         raise SystemExit("nothing has been autograded yet: run `make autograde` first")
     config = _config_dir(work, "feedback", FEEDBACK_CONFIG)
-    for a in sorted({p.name for p in (work / "autograded").glob("*/*") if p.is_dir()}):
-        students = sorted(p.parent.name for p in (work / "autograded").glob(f"*/{a}") if p.is_dir())
 
-        def run(extra: list[str]) -> bool:
-            proc = course.nbgrader("generate_feedback", a, "--force", *extra,
-                                   f"--CourseDirectory.submitted_directory={work / 'submitted'}",
-                                   f"--CourseDirectory.autograded_directory={work / 'autograded'}",
-                                   f"--CourseDirectory.feedback_directory={work / 'feedback'}",
-                                   check=False, extra_env={"JUPYTER_CONFIG_PATH": config}, timeout=NBGRADER_TIMEOUT)
-            if proc.returncode != 0:
-                with open(work / f"nbgrader-feedback-{a}.log", "a") as log:
-                    log.write(f"--- {' '.join(extra)[:200]}\n{proc.stdout[-20000:]}{proc.stderr[-20000:]}\n")
-            return proc.returncode == 0
+    def run(a: str, extra: list[str]) -> bool:
+        proc = course.nbgrader("generate_feedback", a, "--force", *extra,
+                               f"--CourseDirectory.submitted_directory={work / 'submitted'}",
+                               f"--CourseDirectory.autograded_directory={work / 'autograded'}",
+                               f"--CourseDirectory.feedback_directory={work / 'feedback'}",
+                               check=False, extra_env={"JUPYTER_CONFIG_PATH": config}, timeout=NBGRADER_TIMEOUT)
+        if proc.returncode != 0:
+            with open(work / f"nbgrader-feedback-{'all' if a == '*' else a}.log", "a") as log:
+                log.write(f"--- {' '.join(extra)[:200]}\n{proc.stdout[-20000:]}{proc.stderr[-20000:]}\n")
+        return proc.returncode == 0
 
-        if not run([]):  # one student's notebook must not cost the others their feedback
-            for student in students:
-                run([f"--CourseDirectory.student_id={student}"])
+    # Every assignment in one nbgrader process (its start-up is about 3 s); if that run fails, one
+    # run per assignment, then per student: one student's notebook must not cost the others their feedback.
+    if not run("*", []):
+        for a in sorted({p.name for p in (work / "autograded").glob("*/*") if p.is_dir()}):
+            if not run(a, []):
+                for student in sorted(p.parent.name for p in (work / "autograded").glob(f"*/{a}") if p.is_dir()):
+                    run(a, [f"--CourseDirectory.student_id={student}"])
     out.mkdir(parents=True, exist_ok=True)
     n = 0
     for html in sorted((work / "feedback").glob("*/*/*.html")):

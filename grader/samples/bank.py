@@ -311,10 +311,33 @@ def _discover() -> None:
 _discover()
 
 
-def materialize(out: Path) -> Path:
-    """Write every sample as <out>/<student_id>/<assignment>/<notebook>."""
+def recheck_only() -> list[str]:
+    """The samples ``make test`` judges through the re-check alone (``tests/test_bank_recheck.py``),
+    not through the whole pipeline: in every chapter but 03, the mistakes submissions after the
+    first, and the correct answers written in other styles. Each chapter keeps its correct answers,
+    its first mistakes submission and its attacks in the graded bank (``tests/test_grader.py``); every
+    chapter-03 sample is graded, since the attacks on the pipeline are there. The re-check is the
+    grade of every code exercise, so what these samples test is tested there, at a third of the cost."""
+    seen, out = set(), []
+    for student in SAMPLES:
+        assignment = ASSIGNMENT_OF.get(student, A)
+        if assignment == A:
+            continue
+        if "_mistakes_" in student:
+            if assignment in seen:
+                out.append(student)
+            seen.add(assignment)
+        elif "_other_styles" in student:
+            out.append(student)
+    return out
+
+
+def materialize(out: Path, only=None) -> Path:
+    """Write every sample (or those in ``only``) as <out>/<student_id>/<assignment>/<notebook>."""
     out.mkdir(parents=True, exist_ok=True)
     for student, (_, build, _) in SAMPLES.items():
+        if only is not None and student not in only:
+            continue
         folder = out / student / ASSIGNMENT_OF.get(student, A)
         folder.mkdir(parents=True, exist_ok=True)
         content = build()
