@@ -81,6 +81,10 @@ def db_url() -> str:
     return os.environ.get("GRADEBOOK_URL", f"sqlite:///{GRADER / 'gradebook.db'}")
 
 
+NBGRADER_MAIN = ("import sys; sys.modules.setdefault('rfc3987_syntax', None); sys.argv[0] = 'nbgrader'; "
+                 "from nbgrader.apps.nbgraderapp import main; sys.exit(main())")
+
+
 def nbgrader(*args: str, db: str | None = None, root: Path = ROOT, check: bool = True,
              extra_env: dict | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     """Run one nbgrader command on the course (config from grader/nbgrader_config.py)."""
@@ -89,7 +93,8 @@ def nbgrader(*args: str, db: str | None = None, root: Path = ROOT, check: bool =
     env["GRADEBOOK_URL"] = db or db_url()
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
     env.update(extra_env or {})
-    cmd = [str(BIN / "nbgrader"), *args, f"--CourseDirectory.root={root}"]
+    # bin/nbgrader, without the lark grammars nbformat never needs (grader/__init__.py)
+    cmd = [sys.executable, "-c", NBGRADER_MAIN, *args, f"--CourseDirectory.root={root}"]
     try:
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
