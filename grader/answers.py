@@ -22,6 +22,8 @@ import math
 import operator
 from contextlib import redirect_stdout
 
+from ._parse import parse
+
 MAX_INT_BITS = 4096
 MAX_STR = 1000
 
@@ -150,7 +152,7 @@ def evaluate_cell(src: str, target: str | None = None, prelude: list | None = No
     ``target`` is None, the last name it assigns), as the cell would when it runs. ``prelude``:
     import statements of earlier cells (``math`` imported there is known here)."""
     try:
-        tree = ast.parse(src)
+        tree = parse(src)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None, "the answer cell does not parse"
     ev = _Evaluator()
@@ -200,7 +202,7 @@ def visible_check(test_src: str):
 
     visible = test_src.split("### BEGIN HIDDEN TESTS")[0]
     try:
-        tree = ast.parse(visible)
+        tree = parse(visible)
     except SyntaxError:
         return None
     for node in ast.walk(tree):

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from . import course, sandbox
+from ._parse import parse
 from .restore import grade_id, is_answer, is_test, nbg, source
 
 CHILD = Path(__file__).with_name("_verify_child.py")
@@ -110,7 +111,7 @@ def scan(chunk: str, module_names: set) -> str | None:
     grader's internals, or that disables torch's function handling, would contain.
     """
     try:
-        tree = ast.parse(chunk)
+        tree = parse(chunk)
     except SyntaxError:
         return "it does not parse"
     for node in ast.walk(tree):
@@ -197,10 +198,10 @@ def definitions(nb: dict) -> tuple[list[str], list[str]]:
 
 def parse_cell(src: str):
     try:
-        return ast.parse(src)
+        return parse(src)
     except SyntaxError:  # IPython magics or shell lines: drop them; a real syntax error: skip the cell
         try:
-            return ast.parse(_strip_magics(src))
+            return parse(_strip_magics(src))
         except SyntaxError:
             return None
     except (ValueError, RecursionError, MemoryError):
@@ -246,7 +247,7 @@ def _answer_name(solution: dict, cell_id: str) -> str | None:
     for cell in solution["cells"]:
         if grade_id(cell) == cell_id:
             try:
-                tree = ast.parse(source(cell))
+                tree = parse(source(cell))
             except SyntaxError:
                 return None
             names = [n.targets[0].id for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1

@@ -463,3 +463,20 @@ def test_the_answer_evaluator_runs_no_learner_code_and_is_bounded():
     assert evaluate_cell("import math\nanswer = round(math.log(2), 3)", "answer") == (0.693, None)
     assert evaluate_cell('answer = None  # "a"\nanswer = " B ".strip().lower()', "answer") == ("b", None)
     assert evaluate_cell("x = 2\nanswer = 1 / x", "answer") == (0.5, None)
+
+
+def test_grading_threads_parse_through_one_lock():
+    """CPython 3.11's AST constructor keeps its recursion depth in interpreter-wide state: two
+    grading threads parsing at once can stop one of them with "SystemError: AST constructor
+    recursion depth mismatch" (CPython gh-106905; seen in `make test` when two re-checks parsed
+    `%%needs` cells together). Every parse in the grader goes through ``grader._parse.parse``."""
+    import re
+
+    direct = []
+    for path in sorted((course.ROOT / "grader").glob("*.py")):
+        if path.name == "_parse.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\bast\.parse\(|PyCF_ONLY_AST", line):
+                direct.append(f"{path.name}:{n}: {line.strip()}")
+    assert not direct, "parse with grader._parse.parse (one lock for every grading thread):\n" + "\n".join(direct)

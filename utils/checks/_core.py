@@ -966,12 +966,20 @@ def _best_factor(exercise: Exercise, case: Case, i: int, got) -> float | None:
     errs = [err(x) for x in grid]
     k = min(range(len(grid)), key=errs.__getitem__)
     lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
-    for _ in range(64):  # golden-section refinement, to float64 precision
-        m1, m2 = lo + 0.382 * (hi - lo), lo + 0.618 * (hi - lo)
-        if err(m1) < err(m2):
-            hi = m2
+    # Golden-section refinement: each step keeps one of its two points, so it costs one reference
+    # call; 48 steps narrow the bracket of log c (width 0.25) to about 1e-11.
+    g = (math.sqrt(5) - 1) / 2
+    m1, m2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    e1, e2 = err(m1), err(m2)
+    for _ in range(48):
+        if e1 < e2:
+            hi, m2, e2 = m2, m1, e1
+            m1 = hi - g * (hi - lo)
+            e1 = err(m1)
         else:
-            lo = m1
+            lo, m1, e1 = m1, m2, e2
+            m2 = lo + g * (hi - lo)
+            e2 = err(m2)
     logc = (lo + hi) / 2
     with torch.random.fork_rng():
         reseed(case_seed(i))
