@@ -535,18 +535,25 @@ def score(work: Path, outcomes: list) -> None:
         score_batch(work, a, sorted(st))
 
 
-def _nbgrader_autograde(work: Path, assignment: str, extra: list[str]) -> bool:
-    """nbgrader autograde without executing anything (the notebooks hold our outputs already)."""
-    config = _config_dir(work, "noexec", NO_EXEC_CONFIG)
-    proc = course.nbgrader("autograde", assignment, "--force", *extra,
+def _nbgrader_in(work: Path, command: str, assignment: str, extra: list[str], config: str, folder: str) -> bool:
+    """One nbgrader command on the workspace's submitted and autograded folders and on
+    ``folder`` ("release" or "feedback"); ``assignment`` may be ``*`` (all of them). On failure,
+    its output is appended to ``nbgrader-<autograde|feedback>-<assignment or all>.log``."""
+    proc = course.nbgrader(command, assignment, "--force", *extra,
                            f"--CourseDirectory.submitted_directory={work / 'submitted'}",
                            f"--CourseDirectory.autograded_directory={work / 'autograded'}",
-                           f"--CourseDirectory.release_directory={work / 'release'}",
+                           f"--CourseDirectory.{folder}_directory={work / folder}",
                            check=False, extra_env={"JUPYTER_CONFIG_PATH": config}, timeout=NBGRADER_TIMEOUT)
     if proc.returncode != 0:
-        with open(work / f"nbgrader-autograde-{'all' if assignment == '*' else assignment}.log", "a") as log:
+        name = command.replace("generate_", "")
+        with open(work / f"nbgrader-{name}-{'all' if assignment == '*' else assignment}.log", "a") as log:
             log.write(f"--- {' '.join(extra)[:200]}\n{proc.stdout[-20000:]}{proc.stderr[-20000:]}\n")
     return proc.returncode == 0
+
+
+def _nbgrader_autograde(work: Path, assignment: str, extra: list[str]) -> bool:
+    """nbgrader autograde without executing anything (the notebooks hold our outputs already)."""
+    return _nbgrader_in(work, "autograde", assignment, extra, _config_dir(work, "noexec", NO_EXEC_CONFIG), "release")
 
 
 def score_batch(work: Path, assignment: str, students: list[str]) -> None:
@@ -670,15 +677,7 @@ def feedback(reports: Path, out: Path, work: Path | None = None) -> int:
     config = _config_dir(work, "feedback", FEEDBACK_CONFIG)
 
     def run(a: str, extra: list[str]) -> bool:
-        proc = course.nbgrader("generate_feedback", a, "--force", *extra,
-                               f"--CourseDirectory.submitted_directory={work / 'submitted'}",
-                               f"--CourseDirectory.autograded_directory={work / 'autograded'}",
-                               f"--CourseDirectory.feedback_directory={work / 'feedback'}",
-                               check=False, extra_env={"JUPYTER_CONFIG_PATH": config}, timeout=NBGRADER_TIMEOUT)
-        if proc.returncode != 0:
-            with open(work / f"nbgrader-feedback-{'all' if a == '*' else a}.log", "a") as log:
-                log.write(f"--- {' '.join(extra)[:200]}\n{proc.stdout[-20000:]}{proc.stderr[-20000:]}\n")
-        return proc.returncode == 0
+        return _nbgrader_in(work, "generate_feedback", a, extra, config, "feedback")
 
     # Every assignment in one nbgrader process (its start-up is about 3 s); if that run fails, one
     # run per assignment, then per student: one student's notebook must not cost the others their feedback.
