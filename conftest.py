@@ -23,3 +23,29 @@ def _rank(item) -> int:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_rank)  # stable: the order inside a file is kept
+
+
+# nbval compares stored outputs by the course's rule (tests/stored_outputs.py, issue 23): a number
+# printed with a decimal point or an exponent agrees to within one unit of its last printed digit,
+# so a value that holds to the precision it is printed at passes on every CPU (PyTorch's kernels
+# differ between AVX-512, AVX2 and none). The variant run (tests/notebook_runs.py) uses the same rule.
+def pytest_configure(config):
+    try:
+        from nbval.plugin import IPyNbCell
+    except ImportError:
+        return
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "tests"))
+    from stored_outputs import align_outputs
+
+    if getattr(IPyNbCell.compare_outputs, "_course_rule", False):
+        return
+    original = IPyNbCell.compare_outputs
+
+    def compare_outputs(self, test, ref, skip_compare=None):
+        return original(self, align_outputs(ref, test), ref, skip_compare)
+
+    compare_outputs._course_rule = True
+    IPyNbCell.compare_outputs = compare_outputs

@@ -17,6 +17,13 @@ from nbclient import NotebookClient  # noqa: E402
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 MAX_OUTPUT_CHARS = 10_000
+WARM_UP_SECONDS = 300  # the warm-up's own limit: never the cell limit, so it is never interrupted
+WARM_UP = """# grader warm-up
+import torch, utils.checks
+from utils._clock import defer_interrupts_during_imports as _defer
+get_ipython().events.register("pre_run_cell", lambda *_: _defer())
+del _defer
+"""
 
 
 def error_output(ename, evalue):
@@ -49,18 +56,21 @@ def main(src, dst, cell_timeout):
     written = time.monotonic()
     try:
         with client.setup_kernel():
-            # Warm-up, not part of the notebook: torch's lazily imported modules load now, not
-            # inside the first check's time budget.
+            # Warm-up, not part of the notebook: torch and the checks load now, not inside the
+            # first cell's time limit; and from now on an interrupt (a cell past its limit) waits
+            # for a running import to finish, so it never leaves a module half-initialised.
             # nbclient stores the cell it executed at the index it is given (nb.cells[index] = cell):
             # the warm-up is given an index past the notebook's end and the notebook's cell list is
             # put back afterwards, so no cell of the notebook is replaced by it.
-            warm = nbformat.v4.new_code_cell("import torch, torch._dynamo  # grader warm-up")
+            warm = nbformat.v4.new_code_cell(WARM_UP)
             cells = list(nb.cells)
             nb.cells.append(warm)
+            client.timeout = WARM_UP_SECONDS
             try:
                 client.execute_cell(warm, len(nb.cells) - 1, store_history=False)
             except Exception:  # noqa: BLE001 - the notebook runs all the same
                 pass
+            client.timeout = cell_timeout
             nb.cells[:] = cells
             for i in code_cells:
                 cell = nb.cells[i]

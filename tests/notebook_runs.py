@@ -4,8 +4,11 @@ Two runs, each a real kernel over a whole notebook (``allow_errors``: every fail
 
 * ``variants``: the solution notebook with every graded exercise replaced, right after its
   solution cell, by the accepted variant of its check marked ``demo=True`` (the correct answer
-  that differs most from the course's solution). Every cell must run, asserts included: a notebook
-  asserts about a learner's function only what its check guarantees.
+  that differs most from the course's solution), on PyTorch's ``default`` CPU kernels (no
+  AVX2/AVX-512: the kernels most different from the machine's own, under which nbval runs). Every
+  cell must run, asserts included: a notebook asserts about a learner's function only what its
+  check guarantees; and every stored output that does not depend on the learner's code must hold
+  (``tests/stored_outputs.py``).
 * ``release``: the learner release, with its stubs. Only exercise cells (``NotImplementedError``)
   and their check cells (a verdict saying "not implemented"; for a self-check question, "Set your
   answer") may fail; demo cells that need an unfinished exercise wait for it (``%%needs``) and a
@@ -14,6 +17,14 @@ Two runs, each a real kernel over a whole notebook (``allow_errors``: every fail
     python tests/notebook_runs.py variants 03_scaled_dot_product_attention [...]
     python tests/notebook_runs.py release 03_scaled_dot_product_attention [...]
     python tests/notebook_runs.py {variants,release} all
+
+For authors, two more:
+
+* ``outputs NN_name [--capability default|avx2|avx512]``: the solution as it is, on the CPU kernels
+  named (default: the machine's own), its stored outputs compared as nbval compares them
+  (``tests/stored_outputs.py``): shows which printed numbers do not hold on other processors.
+* ``store NN_name``: execute the solution and store its outputs in place (refused if a cell
+  raises), e.g. after editing a cell.
 
 ``tests/test_notebook_runs.py`` runs both for every chapter in ``make test``.
 """
@@ -90,14 +101,18 @@ def with_variants(nb: dict) -> tuple[dict, list]:
     return run, missing
 
 
-def execute(nb: dict, cwd: Path) -> dict:
+def execute(nb: dict, cwd: Path, env: dict | None = None) -> dict:
+    """Run ``nb`` in a fresh kernel in ``cwd``; ``env``: variables set for the kernel only (e.g.
+    ``ATEN_CPU_CAPABILITY``)."""
+    import os
+
     import nbformat
     from nbclient import NotebookClient
 
     node = nbformat.reads(json.dumps(nb), as_version=4)  # sources as strings, as nbclient wants
     client = NotebookClient(node, kernel_name="python3", timeout=CELL_TIMEOUT, allow_errors=True,
                             resources={"metadata": {"path": str(cwd)}})
-    client.execute()
+    client.execute(env={**os.environ, **(env or {})})
     return node
 
 
@@ -112,19 +127,52 @@ def _describe(i: int, cell, err) -> str:
     return f"cell {i} ({gid}: {first[0][:60] if first else ''}): {err.get('ename')}: {value[:300]}"
 
 
-def variant_failures(assignment: str) -> list:
-    """Every failing cell of the solution notebook run with the demo variants in place."""
+# The variant run uses the CPU kernels most different from the machine's own (issue 23): PyTorch
+# picks its vectorised kernels by the processor (AVX-512, AVX2, ...); "default" is none of them.
+VARIANT_CAPABILITY = "default"
+_CAPABILITY_CELL = "import torch\nprint('cpu capability:', torch.backends.cpu.get_cpu_capability())"
+
+
+def _injected(cell) -> bool:
+    return bool(cell.get("metadata", {}).get("notebook_runs"))
+
+
+def variant_run(assignment: str, capability: str | None = VARIANT_CAPABILITY) -> tuple[list, str]:
+    """Run the solution notebook with the demo variants in place, with ``ATEN_CPU_CAPABILITY`` set
+    to ``capability`` (None: the machine's own). Returns every failure, and the capability the
+    kernel reported.
+
+    A failure is a cell that raised, or a cell whose stored output differs by the rule of
+    ``tests/stored_outputs.py``, among the cells whose output does not depend on how the learner
+    wrote an exercise (``differences(..., learner_free=True)``); nbval compares the others, with
+    the course's own solutions, on the machine's own kernels.
+    """
+    from stored_outputs import differences
+
     path = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
-    nb, missing = with_variants(json.loads(path.read_text()))
+    stored = json.loads(path.read_text())
+    nb, missing = with_variants(stored)
+    nb["cells"].append({"cell_type": "code", "id": "notebook-runs-capability", "metadata": {"notebook_runs": True},
+                        "outputs": [], "execution_count": None, "source": _CAPABILITY_CELL})
     failures = [f"exercise {m}: no variant marked demo=True in its check" for m in missing]
-    done = execute(nb, path.parent)
+    done = execute(nb, path.parent, {"ATEN_CPU_CAPABILITY": capability} if capability else None)
     index = -1
     for cell in done.cells:
-        if not cell.get("metadata", {}).get("notebook_runs"):
+        if not _injected(cell):
             index += 1  # the cell's index in the solutions notebook
         for err in _errors(cell):
             failures.append(_describe(index, cell, err))
-    return failures
+    report = "".join(o.get("text", "") for o in done.cells[-1].get("outputs", []) if o.get("output_type") == "stream")
+    used = report.split("cpu capability:")[-1].strip() if "cpu capability:" in report else "unknown"
+    for i, diff in differences(stored, done, skip=_injected, learner_free=True):
+        failures.append(f"cell {i}: the stored output does not hold on {used} CPU kernels: {diff}")
+    return failures, used
+
+
+def variant_failures(assignment: str) -> list:
+    """Every failing cell of the solution notebook run with the demo variants in place, on the CPU
+    kernels of ``VARIANT_CAPABILITY``, and every stored output it contradicts."""
+    return variant_run(assignment)[0]
 
 
 _ALLOWED_TEST = ("not implemented", "NotImplementedError", "Set your answer")
@@ -151,12 +199,49 @@ def release_failures(assignment: str) -> list:
     return failures
 
 
+def output_failures(assignment: str, capability: str | None = None) -> list:
+    """The solution notebook run as it is (its own solutions), with ``ATEN_CPU_CAPABILITY`` set to
+    ``capability`` (None: the machine's own): every cell that raised, and every compared cell
+    whose stored output does not hold (the rule of ``tests/stored_outputs.py``, as nbval)."""
+    from stored_outputs import differences
+
+    path = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
+    stored = json.loads(path.read_text())
+    done = execute(stored, path.parent, {"ATEN_CPU_CAPABILITY": capability} if capability else None)
+    failures = [_describe(i, c, e) for i, c in enumerate(done.cells) for e in _errors(c)
+                if "NBVAL_RAISES_EXCEPTION" not in _source(c)]
+    failures += [f"cell {i}: {diff}" for i, diff in differences(stored, done)]
+    return failures
+
+
+def store(assignment: str) -> list:
+    """Execute the solution notebook on this machine's kernels and store its outputs in place;
+    returns the cells that raised (then nothing is written)."""
+    import nbformat
+
+    path = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
+    nb = json.loads(path.read_text())
+    done = execute(nb, path.parent)
+    failures = [_describe(i, c, e) for i, c in enumerate(done.cells) for e in _errors(c)
+                if "NBVAL_RAISES_EXCEPTION" not in _source(c)]
+    if not failures:
+        for cell in done.cells:
+            cell.get("metadata", {}).pop("execution", None)  # per-run timestamps: noise in every diff
+        nbformat.write(done, str(path))
+    return failures
+
+
 def main(argv: list) -> int:
-    if len(argv) < 2 or argv[0] not in ("variants", "release"):
+    capability = None
+    if "--capability" in argv:
+        i = argv.index("--capability")
+        capability, argv = argv[i + 1], argv[:i] + argv[i + 2:]
+    if len(argv) < 2 or argv[0] not in ("variants", "release", "outputs", "store"):
         print(__doc__)
         return 2
     names = assignments() if argv[1:] == ["all"] else argv[1:]
-    run = variant_failures if argv[0] == "variants" else release_failures
+    run = {"variants": variant_failures, "release": release_failures, "store": store,
+           "outputs": lambda name: output_failures(name, capability)}[argv[0]]
     bad = 0
     for name in names:
         start = time.perf_counter()

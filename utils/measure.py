@@ -16,7 +16,8 @@ import time
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._clock import DispatchMode
 
 __all__ = ["best_time", "peak_tensor_bytes"]
 
@@ -37,7 +38,7 @@ def best_time(fn, *args, repeats: int = 7, **kwargs) -> float:
     return min(times)
 
 
-class _LiveBytes(TorchDispatchMode):
+class _LiveBytes(DispatchMode):
     def __init__(self):
         super().__init__()
         self.live = 0

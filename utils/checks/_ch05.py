@@ -27,22 +27,6 @@ F64 = torch.float64
 NEG_INF = float("-inf")
 
 
-_WARM = []
-
-
-def warm_dispatch_modes() -> None:
-    """Enter a TorchDispatchMode once, outside any budget (as chapter 06 does).
-
-    The first dispatch mode of a process imports part of torch (1-4 s on a busy machine); the
-    aten-level tripwire of the forbidden groups is such a mode, so without this the first check of
-    a kernel could spend that import inside the learner's time budget. Called from make_cases,
-    which runs before the clock starts. (A workaround: the core could do this itself.)
-    """
-    if not _WARM:
-        largest_tensor(torch.zeros, 1)
-        _WARM.append(True)
-
-
 def random_state(layout, g: torch.Generator) -> dict:
     """Random parameters by name: N(0, 1/fan_in) weights, N(0, 0.1²) biases.
 
@@ -133,7 +117,6 @@ def _sa_scores(state: dict, x: torch.Tensor) -> torch.Tensor:
 
 def _self_attention_cases(seed: int) -> list:
     """Parameter layout, typical sizes and masks, gradients (float64, fully masked row), edges."""
-    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
     for ctor in ((8, 4), (6, 4, 5)):
@@ -476,7 +459,6 @@ def _judge_mha_dropout(got) -> str | None:
 
 def _mha_cases(seed: int) -> list:
     """Parameter layout, typical attention, masks, gradients (float64), edges, training dropout."""
-    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
     for ctor, bias in (((12, 3), True), ((8, 2, 0.0, False), False)):

@@ -22,22 +22,6 @@ __all__ = ["check_LayerNorm", "check_FeedForward", "check_DecoderLayer"]
 F64 = torch.float64
 
 
-_WARM = []
-
-
-def warm_dispatch_modes() -> None:
-    """Enter a TorchDispatchMode once, outside any budget.
-
-    The first dispatch mode of a process imports torch._dynamo (1-3 s on a busy machine); the
-    aten-level tripwire of a forbidden group is such a mode, so without this the first check of a
-    kernel would spend that import inside the learner's 3 s time budget. Called from make_cases,
-    which runs before the clock starts. (A workaround: the core could do this itself.)
-    """
-    if not _WARM:
-        largest_tensor(torch.zeros, 1)
-        _WARM.append(True)
-
-
 def _variant(base, name, **attrs):
     return type(name, (base,), attrs)
 
@@ -84,7 +68,6 @@ def _judge_fresh_init(d: int):
 
 
 def _layernorm_cases(seed: int) -> list:
-    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 
@@ -559,7 +542,6 @@ def _causal(s):
 
 
 def _decoder_cases(seed: int) -> list:
-    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 

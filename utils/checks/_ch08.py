@@ -23,7 +23,6 @@ from .. import reference as ref
 from .._guard import unguarded
 from ..reference._common import masked_softmax_impl
 from ._core import Case, CheckFailure, Exercise, Mutant, Variant, describe, generator, learner_code, randn, rng
-from ._ch06 import warm_dispatch_modes
 from ._forbid import AUTOGRAD, SDPA, SOFTMAX_BACKWARD
 from ._registry import register
 
@@ -53,7 +52,6 @@ def _random_mask(lead, s_q, s_k, g, fully_masked_row=False):
 
 # ---------------------------------------------------------------- softmax_backward
 def _softmax_backward_cases(seed: int) -> list:
-    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 
@@ -184,7 +182,6 @@ check_softmax_backward = register(SOFTMAX_BACKWARD_EXERCISE)
 # ---------------------------------------------------------------- sdpa_backward
 def _attention_cases(seed: int, n_random: int) -> list:
     """(label, q, k, v, grad_out, mask) tuples in float64, shared by sdpa_backward and the Function."""
-    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     out = []
 

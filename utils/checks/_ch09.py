@@ -21,7 +21,6 @@ import torch.nn as nn
 from .. import reference as ref
 from .._guard import ForbiddenCall, unguarded
 from ..reference._common import masked_softmax_impl
-from ._ch06 import warm_dispatch_modes
 from ._core import (DEFAULT_SECONDS, Budget, BudgetExceeded, Case, CheckFailure, Exercise, Mutant, Variant, compare,
                     describe, generator, load_state_strict, randn, reseed, rng)
 from ._forbid import MHA, SDPA
@@ -617,7 +616,6 @@ def _gqa_case(label, d_model, H, H_kv, B, S, steps, seed, g, grad=False, prefix=
 
 
 def _gqa_cases(seed: int) -> list:
-    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 

@@ -11,11 +11,10 @@ from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import reference as ref
+from .._clock import DispatchMode
 from ..reference._common import masked_softmax_impl
-from ._ch06 import warm_dispatch_modes
 from ._core import Budget, BudgetExceeded, Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._forbid import MHA, SDPA
 from ._registry import register
@@ -186,7 +185,7 @@ _PRODUCTS = {_ATEN.mm: 0, _ATEN.bmm: 0, _ATEN.addmm: 1, _ATEN.baddbmm: 1, _ATEN.
              _ATEN.addmv: 1, _ATEN.dot: 0, _ATEN.vdot: 0}  # op -> index of the left factor (its last dim is summed)
 
 
-class WorkCounter(TorchDispatchMode):
+class WorkCounter(DispatchMode):
     """Counts multiply-adds: matmul-family ops (out elements × the summed dim) and elementwise products
     (out elements); raises BudgetExceeded once the count passes ``limit``."""
 
@@ -237,7 +236,6 @@ def _far_key_inputs(g, lead, s, d, d_v, dtype):
 
 
 def _swa_cases(seed: int) -> list:
-    warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 

@@ -3,9 +3,9 @@ import math
 from dataclasses import replace
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import reference as ref
+from .._clock import DispatchMode
 from ._core import Budget, Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._forbid import LOGSUMEXP, MHA, SDPA, SOFTMAX
 from ._registry import register
@@ -19,31 +19,8 @@ def _safe(m):
     return torch.where(m == NEG_INF, torch.zeros_like(m), m)
 
 
-class _Nothing(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
-
-
-_WARM = []
-
-
-def _warm_dispatch_modes() -> None:
-    """Use a TorchDispatchMode once, outside any budget (called from make_cases, before the clock).
-
-    The first dispatch of a process's first TorchDispatchMode imports torch._dynamo (2-4 s on a
-    busy machine); both exercises here forbid aten operators, which the core catches with such a
-    mode, so without this the first check of a kernel would spend that import inside the first
-    case's 3 s budget. (A workaround: the core could do this itself.)
-    """
-    if not _WARM:
-        with _Nothing():
-            torch.zeros(1) + 1
-        _WARM.append(True)
-
-
 # ---------------------------------------------------------------- online_softmax
 def _online_softmax_cases(seed: int) -> list:
-    _warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 
@@ -256,7 +233,7 @@ NO_SKIP = ("with causal=True the key blocks that lie entirely above the causal d
            "computed: stop the key loop at the last key the block's last query may see (i + S_k - S_q).")
 
 
-class _Work(TorchDispatchMode):
+class _Work(DispatchMode):
     """Counts the elements produced by matmuls and exps: proportional to the tiles visited."""
 
     OPS = ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.exp", "aten.exp_", "aten.exp2",
@@ -299,7 +276,6 @@ def _judge_skipping(got) -> str | None:
 
 
 def _flash_cases(seed: int) -> list:
-    _warm_dispatch_modes()
     r, g = rng(seed), generator(seed)
     cases = []
 

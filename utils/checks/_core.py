@@ -33,8 +33,6 @@ import hashlib
 import inspect
 import math
 import random
-import signal
-import threading
 import time
 import traceback
 import warnings
@@ -43,9 +41,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
+import torch.utils._device  # noqa: F401 - imported lazily by torch on a module's first build: not under a clock (tests/test_clock.py)
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from .._clock import Deadline, DispatchMode, cpu_alarm
 from .._guard import ForbiddenCall, _learner_depth, learner_is_running, reference  # noqa: F401
 
 
@@ -385,8 +384,8 @@ class _Tripwire(TorchFunctionMode):
         self.budget = budget
         self.deadline = None
         if budget is not None and budget.seconds is not None:
-            # CPU time of this thread: a busy machine slows the wall clock, not the work done.
-            self.deadline = time.thread_time() + budget.seconds
+            # CPU time of this thread, never raised inside an import (utils._clock.Deadline).
+            self.deadline = Deadline(budget.seconds)
 
     def _too_big(self, numel, shape, name):
         b = self.budget
@@ -404,7 +403,7 @@ class _Tripwire(TorchFunctionMode):
         b = self.budget
         if b is None:
             return func(*args, **kwargs)
-        if self.deadline is not None and time.thread_time() > self.deadline:
+        if self.deadline is not None and self.deadline.passed():
             raise BudgetExceeded(f"it used more than {b.seconds:g} s of CPU time on a small input")
         name = getattr(func, "__name__", str(func))
         if b.numel is not None:
@@ -458,7 +457,7 @@ def _estimate_numel(name: str, args) -> int:
     return 0
 
 
-class _Limits(TorchDispatchMode):
+class _Limits(DispatchMode):
     """Aten-level tripwire for forbidden operators: catches ``torch.ops.aten.*`` calls and calls
     made with torch-function handling disabled. Used only where an exercise forbids something."""
 
@@ -473,42 +472,21 @@ class _Limits(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@contextlib.contextmanager
 def _alarm(seconds: float | None):
-    """SIGVTALRM after ``seconds`` of the process's CPU time (main thread only): stops a
-    pure-Python loop that overspends, and does not fire because the machine is busy."""
-    if seconds is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise BudgetExceeded(f"it used more than {seconds:g} s of CPU time on a small input")
-
-    try:
-        old = signal.signal(signal.SIGVTALRM, on_alarm)
-    except (ValueError, OSError, AttributeError):  # not allowed here: the torch-level clock still applies
-        yield
-        return
-    previous = signal.setitimer(signal.ITIMER_VIRTUAL, 0)[0]
-    if previous:  # someone else's timer is pending: leave it alone
-        signal.setitimer(signal.ITIMER_VIRTUAL, previous)
-        signal.signal(signal.SIGVTALRM, old)
-        yield
-        return
-    signal.setitimer(signal.ITIMER_VIRTUAL, seconds + 1.0)  # the torch-level clock usually fires first
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-        signal.signal(signal.SIGVTALRM, old)
+    """SIGVTALRM after ``seconds`` of the process's CPU time (main thread only), never inside an
+    import (``utils._clock``): stops a pure-Python loop that overspends, and does not fire because
+    the machine is busy. One second later than the torch-level deadline, which usually fires first."""
+    return cpu_alarm(None if seconds is None else seconds + 1.0, lambda: BudgetExceeded(
+        f"it used more than {seconds:g} s of CPU time on a small input"))
 
 
 _WARM = False
 
 
 def warm_up() -> None:
-    """Pay once per process, outside any budget, what the first check would otherwise pay inside
-    its first case: the first op under a Python dispatch mode imports part of torch (~2 s)."""
+    """Use the tripwires once per process, outside any budget, so that nothing a first use costs
+    (Python-level caches; a lazily imported torch module) is paid inside a learner's first case.
+    The course's dispatch modes import nothing (``utils._clock.DispatchMode``), so this is cheap."""
     global _WARM
     if _WARM:
         return
@@ -595,7 +573,7 @@ def patched_entry(owner, attr, proxy: bool = False):
 # ----------------------------------------------------------------------------------------------
 # Memory tripwire: the largest tensor an implementation creates
 # ----------------------------------------------------------------------------------------------
-class _LargestTensor(TorchDispatchMode):
+class _LargestTensor(DispatchMode):
     def __init__(self):
         super().__init__()
         self.numel = 0
