@@ -3,6 +3,10 @@
 - ``best_time(fn, *args)``: CPU seconds of the best of ``repeats`` calls after a warm-up, with
   torch on one thread, read from ``time.thread_time`` (other programs on the machine hardly
   inflate it). Report ratios, or name the machine: absolute times vary between machines.
+- ``below(value, bound)``: assert that a residual (a float, or a tensor's largest absolute entry)
+  is below ``bound`` and return the text to print, ``"< 1e-6"``. A residual's own digits (``3.6e-07``
+  here, ``2.4e-07`` there) depend on the processor's vector instructions; the bound is what the
+  notebook guarantees, so it is what the notebook prints (issue 23).
 - ``peak_tensor_bytes(fn, *args)``: the peak of the bytes held by tensors that ``fn`` creates and
   that are alive at the same time, as seen by PyTorch's dispatcher (the inputs are not counted).
   Deterministic, unlike the process's resident memory. It sees every tensor a Python
@@ -19,7 +23,7 @@ import torch
 
 from ._clock import DispatchMode
 
-__all__ = ["best_time", "peak_tensor_bytes"]
+__all__ = ["best_time", "peak_tensor_bytes", "below", "bound_text"]
 
 
 def best_time(fn, *args, repeats: int = 7, **kwargs) -> float:
@@ -80,3 +84,26 @@ def peak_tensor_bytes(fn, *args, **kwargs) -> int:
         result = fn(*args, **kwargs)
     del result
     return mode.peak
+
+
+def bound_text(bound: float) -> str:
+    """``1e-06`` written as ``1e-6``, ``2.5e-05`` as ``2.5e-5``, ``0.01`` as ``0.01``."""
+    if bound >= 1e-3:
+        return f"{bound:g}"
+    mantissa, exponent = f"{bound:.1e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def below(value, bound: float, what: str = "") -> str:
+    """Assert ``value < bound`` and return ``"< bound"`` for printing.
+
+    ``value``: a number, or a tensor (its largest absolute entry); NaN fails. ``what`` names the
+    quantity in the assert's message. Print the result, not the value: only the bound holds on
+    every processor.
+    """
+    if isinstance(value, torch.Tensor):
+        value = value.detach().abs().max().item() if value.numel() else 0.0
+    value = float(value)
+    assert value < bound, f"{what or 'residual'} = {value:.3g}, expected below {bound_text(bound)}"
+    return f"< {bound_text(bound)}"
