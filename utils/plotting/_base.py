@@ -388,13 +388,29 @@ _HALO = 0.9  # points of white on each side of a reference line (twice that arou
 
 
 def _display_points(line):
-    """A line's vertices in display pixels (NaN where a value is missing or off a log axis)."""
+    """A line's vertices in display pixels (NaN where a value is missing or off a log axis).
+    A curve with more vertices than pixel columns keeps, per column, the ones that reach
+    lowest and highest (and its first and last): the ink it leaves, in far fewer vertices."""
     xy = np.asarray(line.get_xydata(), dtype=float)
     if xy.size == 0:
         return np.zeros((0, 2))
     with np.errstate(all="ignore"):
         d = np.asarray(line.get_transform().transform(xy), dtype=float)
-    d[~np.isfinite(d).all(axis=1)] = np.nan
+    bad = ~np.isfinite(d).all(axis=1)
+    d[bad] = np.nan
+    ok = ~bad
+    if ok.sum() > 3 * max(1.0, np.ptp(d[ok, 0])) and len(d) > 64:
+        col = np.where(ok, np.floor(np.nan_to_num(d[:, 0])), np.nan)
+        keep = bad.copy()  # gaps stay gaps
+        idx = np.flatnonzero(ok)
+        order = idx[np.lexsort((d[idx, 1], col[idx]))]  # by column, then by y
+        cols = col[order]
+        first = np.r_[True, cols[1:] != cols[:-1]]
+        last = np.r_[cols[1:] != cols[:-1], True]
+        keep[order[first]] = True  # lowest in its column
+        keep[order[last]] = True  # highest
+        keep[idx[0]] = keep[idx[-1]] = True
+        d = d[keep]
     return d
 
 
@@ -427,26 +443,37 @@ def _along(d, step, weights=False):
     return (pts, wt) if weights else pts
 
 
-def _distance_to(points, d):
-    """Distance (pixels) from each of ``points`` (M, 2) to the polyline ``d`` (N, 2)."""
+def _distance_to(points, d, reach=np.inf):
+    """Distance (pixels) from each of ``points`` (M, 2) to the polyline ``d`` (N, 2); distances
+    beyond ``reach`` may come back as inf. Points are taken in chunks along x, each against the
+    segments (and points) of ``d`` within ``reach`` of its x range, so a long curve costs about
+    as much as its length."""
     if len(points) == 0:
         return np.zeros(0)
     ok = np.isfinite(d).all(axis=1)
     seg = ok[:-1] & ok[1:] if len(d) > 1 else np.zeros(0, bool)
     a, b = d[:-1][seg], d[1:][seg]
     lone = d[ok]
+    seg_lo, seg_hi = np.minimum(a[:, 0], b[:, 0]), np.maximum(a[:, 0], b[:, 0])
+    order = np.argsort(points[:, 0], kind="stable")
     best = np.full(len(points), np.inf)
-    for lo in range(0, len(points), 512):  # bounded memory on long curves
-        p = points[lo:lo + 512]
-        if len(a):
-            ab = b - a
+    for lo in range(0, len(points), 128):
+        idx = order[lo:lo + 128]
+        p = points[idx]
+        x0, x1 = p[:, 0].min() - reach, p[:, 0].max() + reach
+        near_seg = (seg_hi >= x0) & (seg_lo <= x1)
+        sa, sb = a[near_seg], b[near_seg]
+        out = np.full(len(p), np.inf)
+        if len(sa):
+            ab = sb - sa
             denom = np.maximum((ab**2).sum(1), 1e-12)
-            t = np.clip(((p[:, None, :] - a[None]) * ab[None]).sum(-1) / denom[None], 0.0, 1.0)
-            near = a[None] + t[..., None] * ab[None]
-            best[lo:lo + 512] = np.hypot(*(p[:, None, :] - near).transpose(2, 0, 1)).min(1)
-        if len(lone):
-            dist = np.hypot(*(p[:, None, :] - lone[None]).transpose(2, 0, 1)).min(1)
-            best[lo:lo + 512] = np.minimum(best[lo:lo + 512], dist)
+            t = np.clip(((p[:, None, :] - sa[None]) * ab[None]).sum(-1) / denom[None], 0.0, 1.0)
+            near = sa[None] + t[..., None] * ab[None]
+            out = np.hypot(*(p[:, None, :] - near).transpose(2, 0, 1)).min(1)
+        pts = lone[(lone[:, 0] >= x0) & (lone[:, 0] <= x1)]
+        if len(pts):
+            out = np.minimum(out, np.hypot(*(p[:, None, :] - pts[None]).transpose(2, 0, 1)).min(1))
+        best[idx] = out
     return best
 
 
@@ -469,7 +496,7 @@ def _coincidence(line, other, renderer, within=None):
         samples, w = samples[pick], w[pick]
     if w.sum() <= 0:  # a vertical curve: its length
         w = np.ones(len(samples))
-    close = _distance_to(samples, e) <= tol
+    close = _distance_to(samples, e, reach=tol) <= tol
     return float((w * close).sum() / w.sum())
 
 
@@ -529,9 +556,9 @@ class _CourseLine(mlines.Line2D):
                 and _coincidence(self, ln, renderer, box) >= COINCIDE_FRACTION
             ]
             self._coincides_with, self._outlined = above, len(above)
-            if above:  # an outline around the curves on top of it
-                self._linewidth = saved[0] + 2.0 * len(above)
-                self._markersize = saved[1] + 2.6 * len(above)
+            if above:  # an outline around the curves on top of it (at most three deep)
+                self._linewidth = saved[0] + 2.0 * min(len(above), 3)
+                self._markersize = saved[1] + 2.6 * min(len(above), 3)
             self._thin_markers(renderer)
         try:
             super().draw(renderer)

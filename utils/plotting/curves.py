@@ -216,8 +216,8 @@ def _legend_outside(ax, legend_of=None, **kw):
                            labelspacing=0.7, **kw)
     else:
         legend = legend_of.legend(loc="outside right upper", labelspacing=0.7, **kw)
-    try:
-        renderer = fig.canvas.get_renderer()
+    try:  # a figure out of pyplot (panels) has a plain canvas: matplotlib still measures it
+        renderer = fig._get_renderer()
         width_in = legend.get_window_extent(renderer).width / fig.dpi + 0.15
     except Exception:  # noqa: BLE001 - a backend without a renderer: keep the size
         return legend
