@@ -972,7 +972,7 @@ def visible_shares(fig, artists, band_px=2):
         artist.set_visible(False)
         off, _ = shown(fig)
         artist.set_visible(True)
-        changed = np.abs(on - off).max(-1) > 40
+        changed = np.abs(on - off).max(-1) > 80  # more than antialiasing
         grown = np.zeros_like(changed)
         for dy in range(-band_px, band_px + 1):
             for dx in range(-band_px, band_px + 1):
