@@ -491,9 +491,9 @@ MASKED_SOFTMAX_EXERCISE = Exercise(
     Returns weights with the shape of scores: masked keys get exactly 0, each row sums to 1 over
     its allowed keys, and a fully masked row gets all-zero weights (never NaN), whatever the
     magnitude of the scores (a masked key may hold the largest score).
-    Later chapters train through this function, so its gradients are checked too (float64, fully
-    masked rows included): build new tensors (masked_fill, torch.where) rather than editing the
-    softmax's output in place.
+    Sections 5.1 and 5.2 backpropagate through this function, so its gradients are checked too
+    (float64, fully masked rows included): build new tensors (masked_fill, torch.where) rather
+    than editing the softmax's output in place.
     """,
 )
 check_masked_softmax = register(MASKED_SOFTMAX_EXERCISE)

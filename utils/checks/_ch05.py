@@ -360,8 +360,8 @@ SELF_ATTENTION_EXERCISE = Exercise(
         x: (B, S, d_model)   mask: bool, broadcastable to (B, S, S), True = may attend; or None
         returns out (B, S, d_v) and weights (B, S, S); a fully masked query row gets zero
         weights and a zero output.
-    Later chapters train through this module, so its gradients (for x and every parameter) are
-    checked too, in float64: no in-place edits of tensors autograd needs.
+    Its gradients (for x and every parameter) are checked too, in float64, as for any layer
+    that is trained: no in-place edits of tensors autograd needs.
     """,
 )
 check_SelfAttention = register(SELF_ATTENTION_EXERCISE)
@@ -827,8 +827,8 @@ MHA_EXERCISE = Exercise(
         query row gets zero weights.
     dropout acts on the attention weights in training mode only (nn.Dropout); the returned
     weights are the dropped ones, so out is exactly what they produce.
-    Later chapters train through this module, so its gradients (for query, key, value and every
-    parameter) are checked too, in float64: no in-place edits of tensors autograd needs.
+    Section 4 trains a model through this module, so its gradients (for query, key, value and
+    every parameter) are checked too, in float64: no in-place edits of tensors autograd needs.
     """,
 )
 check_MultiHeadAttention = register(MHA_EXERCISE)
