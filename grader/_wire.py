@@ -8,8 +8,9 @@ A tensor's meta is its dtype, shape, strides and where its bytes are (``at``, ``
 
 Decoding costs time and memory linear in the message's size, whatever it holds: the header is
 read by ``json`` (linear; its size is capped, ``MAX_HEADER``), the value is walked once to a
-bounded depth, every tensor's bytes must lie inside the data and the tensors' bytes together may
-not exceed it (no member can claim more memory than the message carries), and with
+bounded depth, every tensor's bytes must lie inside the data and the tensors' bytes must add up to
+exactly the data (no tensor can claim more memory than the message carries, and nothing else is
+in it: two messages written one after the other are refused), and with
 ``strided=False`` (what the grader uses for a child's results) a tensor must be dense: its
 elements are exactly its bytes, so no tensor is larger in memory than its share of the message.
 The grader's parent and the sandboxed child both import this file (the child's copy is bound
@@ -147,8 +148,8 @@ def decode(message: bytes, strided: bool = False):
             raise WireError("a result tensor that is not dense")
         total += nbytes
         checked.append((dtype, shape, stride, at, nbytes))
-    if total > len(data):
-        raise WireError("the tensors claim more bytes than the message holds")
+    if total != len(data):  # nor fewer: a message is exactly its header and its tensors' bytes
+        raise WireError("the tensors' bytes do not add up to the message's")
     tensors = []
     for dtype, shape, stride, at, nbytes in checked:
         if nbytes:
