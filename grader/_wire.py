@@ -25,7 +25,7 @@ import struct
 import torch
 
 MAGIC = b"GRW1"
-MAX_HEADER = 4 * 2**20
+MAX_HEADER = 2**20  # a result's header holds a few hundred bytes a tensor: this bounds its objects to ~50 MiB
 MAX_DEPTH = 16
 MAX_TENSORS = 100_000
 MAX_DIMS = 16

@@ -475,6 +475,11 @@ SAFE_SCHEMES = {"http", "https"}
 HTML_MAX_CHARS = 200_000  # per field
 HTML_MAX_TAGS = 2_000  # per field: the HTML5 parser's cost grows with the depth of nested blocks
 HTML_NOTEBOOK_TAGS = 20_000  # per notebook, every field together
+# The learner's code as formgrader and the feedback show it (highlighted by pygments, whose cost is
+# linear but up to ~40 µs a character on hostile text): at most this much per cell and per
+# notebook; the rest is cut from what is shown (the grade used the whole cell: it ran before).
+CODE_SHOWN_PER_CELL = 20_000
+CODE_SHOWN_PER_NOTEBOOK = 200_000
 
 
 def sanitise_html(text: str, budget: list | None = None) -> str:
@@ -507,11 +512,13 @@ def neutralise(nb, rendered: dict | None = None, learner_content: bool = True) -
       rendering (the notebook was not executed) it is shown as escaped text. Attachments are dropped;
     * learner **HTML** outputs (a rendered ``text/markdown`` comes as one) are sanitised the same way;
     * nbgrader's markers typed into a learner's own cell are defused, so they cannot break
-      `make feedback`.
+      `make feedback`; the learner's code is shown up to CODE_SHOWN_PER_CELL characters a cell and
+      CODE_SHOWN_PER_NOTEBOOK a notebook (it was executed whole before).
     Outputs were already reduced to safe types and sizes (``_safe_outputs``).
     ``learner_content=False``: the notebook is the release itself (an unusable submission)."""
     rendered = rendered or {}
     budget = [HTML_NOTEBOOK_TAGS]
+    code_budget = CODE_SHOWN_PER_NOTEBOOK
     markdown = set(learner_markdown(nb)) if learner_content else set()
     for i, cell in enumerate(nb.cells):
         learner = is_answer(cell) or not nbg(cell) or i in markdown
@@ -528,6 +535,11 @@ def neutralise(nb, rendered: dict | None = None, learner_content: bool = True) -
                 else:
                     src = escaped_block(src)
                 cell.pop("attachments", None)
+            elif cell.cell_type == "code" and learner_content:
+                shown = min(CODE_SHOWN_PER_CELL, max(code_budget, 0))
+                if len(src) > shown:
+                    src = src[:shown] + f"\n# ... [{len(src) - shown} more characters not shown: the grade used the whole cell]"
+                code_budget -= min(len(src), shown)
             cell.source = src
         for out in cell.get("outputs", []):
             data = out.get("data")

@@ -85,7 +85,10 @@ def definitions(nb: dict) -> tuple[list[str], list[str]]:
 
     * an **exercise cell** (an answer cell): every top-level statement but a bare expression
       (``print(...)``, a check call): imports, functions, classes, and assignments of any value
-      (``NEG_INF = float("-inf")``, ``SCALE = 1 / math.sqrt(64)``), compound statements;
+      (``NEG_INF = float("-inf")``, ``SCALE = 1 / math.sqrt(64)``), compound statements. Its
+      definitions and constant values load for every exercise; its other statements (they may
+      compute, or hang) only in the process of the exercise the cell answers (its grade id, or a
+      name the cell defines): one exercise's cell never costs another exercise its time;
     * any other code cell (cells the learner added, the course's locked cells): imports,
       functions, classes, and assignments whose value is a constant expression (literals, names,
       attributes, arithmetic, ``float``/``int``/... and ``math`` calls), so a demo or an
@@ -93,7 +96,8 @@ def definitions(nb: dict) -> tuple[list[str], list[str]]:
 
     Nothing is refused for the names it uses: what a definition can reach in the re-check is
     decided by the sandbox and the lock-down (``_verify_child.py``), not by reading its source.
-    ``notes`` is kept for the callers' signature; it is empty."""
+    ``notes`` is kept for the callers' signature; it is empty. A chunk is its source text, or
+    ``{"code": text, "only": [exercise names]}`` for one that loads only where ``chunk_applies``."""
     chunks = []
     for cell in nb["cells"]:
         if cell.get("cell_type") != "code" or is_test(cell):
@@ -103,6 +107,8 @@ def definitions(nb: dict) -> tuple[list[str], list[str]]:
         tree = parse_cell(source(cell))
         if tree is None:
             continue
+        owners = sorted({grade_id(cell) or ""} | {n.name for n in tree.body if isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} - {""})
         for node in tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 if course_cell and _plot_import(node):
@@ -110,12 +116,22 @@ def definitions(nb: dict) -> tuple[list[str], list[str]]:
                 chunks.append(ast.unparse(node))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 chunks.append(ast.unparse(node))
-            elif exercise_cell and not isinstance(node, (ast.Expr, ast.Pass)):
-                chunks.append(ast.unparse(node))
             elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _is_simple(node.value) \
                     and all(isinstance(t, ast.Name) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
                 chunks.append(ast.unparse(node))
+            elif exercise_cell and not isinstance(node, (ast.Expr, ast.Pass)):
+                chunks.append({"code": ast.unparse(node), "only": owners})
     return chunks, []
+
+
+def chunk_code(chunk) -> str:
+    return chunk if isinstance(chunk, str) else chunk["code"]
+
+
+def chunk_applies(chunk, exercise: str, holder: str = "") -> bool:
+    """Whether ``chunk`` loads in the re-check of ``exercise`` (``holder``: the class that holds a
+    method exercise, e.g. MultiHeadAttention for split_heads)."""
+    return isinstance(chunk, str) or exercise in chunk["only"] or bool(holder and holder in chunk["only"])
 
 
 def _plot_import(node) -> bool:

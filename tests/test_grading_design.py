@@ -286,7 +286,7 @@ def _answer(src, gid="x"):
 
 
 def test_the_recheck_loads_what_an_exercise_cell_defines_at_its_top_level():
-    from grader.verify import definitions
+    from grader.verify import chunk_applies, chunk_code, definitions
 
     exercise = _answer('import math\nNEG_INF = float("-inf")\nSCALE: float = 1 / math.sqrt(64)\n'
                        'def helper(x):\n    return x\nclass M:\n    pass\nfor name in ("a",):\n    globals()[name] = 1\n'
@@ -297,10 +297,17 @@ def test_the_recheck_loads_what_an_exercise_cell_defines_at_its_top_level():
                  metadata={"nbgrader": {"locked": True, "grade": False, "solution": False, "grade_id": "demo-1"}})
     chunks, notes = definitions(_nb(demo, learner, exercise))
     assert notes == []
-    text = "\n".join(chunks)
+    text = "\n".join(chunk_code(c) for c in chunks)
     for loaded in ("NEG_INF = float('-inf')", "SCALE: float = 1 / math.sqrt(64)", "def helper", "class M",
                    "for name in", "if True", "EPS = float('1e-9')", "def f", "import math", "LIMIT = 3"):
         assert loaded in text, loaded
+    # what may compute or hang loads only for the exercise the cell answers (grade id x, or a name it defines)
+    for c in chunks:
+        code = chunk_code(c)
+        everywhere = isinstance(c, str)
+        assert everywhere == (not code.startswith(("for name", "if True"))), code
+        assert chunk_applies(c, "x") and chunk_applies(c, "helper") and chunk_applies(c, "M")
+        assert everywhere or not chunk_applies(c, "other_exercise")
     for left in ("print", "helper(3)", "torch.randn", "train_for_a_minute", "plot_lines", "matplotlib"):
         assert left not in text, left
 
@@ -346,7 +353,7 @@ def test_every_notebook_shaped_variant_of_the_checks_loads_as_the_visible_check_
     import contextlib
     import io
 
-    from grader.verify import definitions
+    from grader.verify import chunk_applies, chunk_code, definitions
     from utils.checks import EXERCISES, CheckFailure
     from utils.checks._core import run_check
 
@@ -360,7 +367,8 @@ def test_every_notebook_shaped_variant_of_the_checks_loads_as_the_visible_check_
             verdicts = []
             for namespace_of in ("kernel", "re-check"):
                 ns = {"__name__": "__learner__"}
-                chunks = [src] if namespace_of == "kernel" else definitions(_nb(_answer(src)))[0]
+                chunks = [src] if namespace_of == "kernel" else [
+                    chunk_code(c) for c in definitions(_nb(_answer(src, gid=target)))[0] if chunk_applies(c, name, target)]
                 for chunk in chunks:
                     try:
                         exec(compile(chunk, "<cell>", "exec"), ns)  # noqa: S102 - the course's own variants
@@ -409,3 +417,17 @@ def test_mathjax_makes_no_link_or_style_from_a_learners_formula():
     template = (course.GRADER / "jupyter" / "nbconvert" / "templates" / "base" / "mathjax.html.j2").read_text()
     assert 'allow: {URLs: "none", classes: "none", cssIDs: "none", styles: "none"}' in template
     assert template.count(",Safe") == 2  # the Safe extension is loaded from the server and from the CDN
+
+
+def test_learner_code_is_shown_within_bounds():
+    """pygments highlights the learner's code in formgrader and the feedback at up to ~40 µs a
+    character of hostile text ("@" * 100,000: 4 s): the stored notebook shows at most
+    CODE_SHOWN_PER_CELL characters a cell and CODE_SHOWN_PER_NOTEBOOK a notebook (it ran whole)."""
+    from grader import pipeline
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("@" * 1_000_000) for _ in range(20)])
+    pipeline.neutralise(nb, {})
+    shown = [len(c.source) for c in nb.cells]
+    assert max(shown) < pipeline.CODE_SHOWN_PER_CELL + 100
+    assert sum(shown) < pipeline.CODE_SHOWN_PER_NOTEBOOK + 20 * 100
+    assert "not shown: the grade used the whole cell" in nb.cells[0].source
