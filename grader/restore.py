@@ -128,6 +128,9 @@ def _clean(cell: dict) -> dict:
     return cell
 
 
+ESCAPED_MAX_CHARS = 20_000
+
+
 def html_block(html_text: str) -> str:
     """Sanitised HTML as the source of a Markdown cell that renders as exactly that HTML: one
     line (a CommonMark HTML block, which the Markdown renderer passes through and parses nothing
@@ -137,10 +140,12 @@ def html_block(html_text: str) -> str:
 
 
 def escaped_block(text: str) -> str:
-    """Text shown as it is, in a Markdown cell: escaped, in a <pre>, on one line."""
+    """Text shown as it is, in a Markdown cell: escaped, in a <pre>, on one line. At most
+    ESCAPED_MAX_CHARS characters, so that its rendering stays within what ``sanitise_html`` shows
+    as HTML (a longer one would be escaped a second time and read as ``&lt;`` entities)."""
     import html
 
-    cut = text[:200_000]
+    cut = text[:ESCAPED_MAX_CHARS]
     return html_block("<pre>" + html.escape(cut) + ("\n... [truncated]" if len(text) > len(cut) else "") + "</pre>")
 
 

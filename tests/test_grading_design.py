@@ -431,3 +431,18 @@ def test_learner_code_is_shown_within_bounds():
     assert max(shown) < pipeline.CODE_SHOWN_PER_CELL + 100
     assert sum(shown) < pipeline.CODE_SHOWN_PER_NOTEBOOK + 20 * 100
     assert "not shown: the grade used the whole cell" in nb.cells[0].source
+
+
+def test_a_long_raw_cell_is_shown_as_its_text_escaped_once():
+    """A learner's raw cell becomes escaped text (restore.escaped_block) that the sandbox renders
+    and sanitise_html keeps as HTML: the reader sees ``<div>``, not ``&lt;div&gt;`` (escaped twice,
+    as happened when the escaped text passed sanitise_html's size bound), and the size is bounded."""
+    from grader._execute import render_markdown
+    from grader.pipeline import sanitise_html
+    from grader.restore import escaped_block
+    from grader.samples.ch03_round3 import RAW_BOMB
+
+    shown = sanitise_html(render_markdown(escaped_block(RAW_BOMB)))
+    assert "&lt;div&gt;&lt;div&gt;" in shown and "&amp;lt;" not in shown
+    assert "[truncated]" in shown and len(shown) < 60_000
+    assert shown.count("<div>") < 5
