@@ -14,7 +14,7 @@ A :class:`Contract` holds
     core adds at large |x|);
   - ``Dropout(...)`` — p is the probability of *dropping*, kept values × 1/(1 − p) exactly (judged
     at p = 0, a small and a large p);
-  - ``Budget(...)`` — the largest tensor and the work allowed, at the sizes they are measured (at
+  - ``Cost(...)`` — the largest tensor and the work allowed, at the sizes they are measured (at
     least two);
   - ``Pure()`` — inputs (values, shape, strides, storage offset; lists, dicts; a module's
     parameters) are never modified;
@@ -141,7 +141,7 @@ class Dropout(Rule):
 
 
 @dataclass
-class Budget(Rule):
+class Cost(Rule):
     """Memory (and work) budget, measured at ``sizes`` (at least two).
 
     ``sizes``: dicts of the parameters the builder takes (``{"S": 256}``), rendered as "S = 256";
@@ -160,6 +160,7 @@ class Budget(Rule):
     why: str = ""
     setting: str = ""
     variants: tuple = ({},)
+    tol: tuple | None = None
     enforcer = "_tripwires.learner_code (Case.budget: numel, work, seconds) on the budget cases"
 
     def at(self) -> str:
@@ -257,7 +258,7 @@ class Adversarial(Rule):
                 + ". Each is a valid input of the contract above.")
 
 
-ENFORCERS = {kind: kind.enforcer for kind in (Forbid, Gradients, Dropout, Budget, Pure, SameDtype, Stateless,
+ENFORCERS = {kind: kind.enforcer for kind in (Forbid, Gradients, Dropout, Cost, Pure, SameDtype, Stateless,
                                               Adversarial)}
 
 

@@ -30,6 +30,8 @@ import torch
 
 from .._clock import Deadline, DispatchMode, cpu_alarm  # noqa: F401
 from .._guard import ForbiddenCall, _learner_depth, learner_is_running, reference  # noqa: F401
+from ._contract import Contract
+from ._guards import dtype_message, explain_crash, judge_again, judge_guards, split
 from ._compare import _apart, _fmt_idx, compare, describe, name_paths  # noqa: F401
 from ._diagnose import *  # noqa: F401,F403
 from ._diagnose import (CLUE_PREFIX, DIAGNOSIS_SECONDS, GENERIC_SECONDS, SHARE_PREFIX, _Crashed,  # noqa: F401
@@ -102,13 +104,25 @@ def _where_in_learner_code(err: BaseException) -> str:
 
 
 def judge_case(exercise: Exercise, case: Case, expected, got) -> str | None:
-    """The verdict on one case: None when right, else one sentence (the grader uses this too)."""
+    """The verdict on one case: None when right, else one sentence (the grader uses this too).
+
+    ``got`` is what ``Exercise.call`` returned: the output, and what the guards observed (the
+    inputs after the call, a second call's output), held against the declaration here: inputs
+    never modified, the output compared (or judged), its dtype, no state between calls."""
+    out, obs = split(got)
+    contract = exercise.contract if isinstance(exercise.contract, Contract) else None
+    msg = judge_guards(exercise, case, out, obs) if obs else None
+    if msg:
+        return msg
     if case.judge is not None:
         try:
-            return case.judge(got)
+            return case.judge(out)
         except Exception as err:  # noqa: BLE001 - a malformed output the judge could not read
-            return f"the output could not be judged ({type(err).__name__}: {err}); got {describe(got)}."
-    return compare(expected, got, *tolerance(exercise, case))
+            return f"the output could not be judged ({type(err).__name__}: {err}); got {describe(out)}."
+    msg = compare(expected, out, *tolerance(exercise, case))
+    if msg is None and contract is not None and contract.same_dtype:
+        msg = dtype_message(exercise, case, expected, out)
+    return msg or (judge_again(exercise, case, out, obs, tolerance(exercise, case)) if obs else None)
 
 
 def expected_output(exercise: Exercise, case: Case, i: int):
@@ -119,7 +133,7 @@ def expected_output(exercise: Exercise, case: Case, i: int):
 
     with torch.random.fork_rng():
         reseed(case_seed(i))
-        return exercise.call(unguarded(exercise.reference), case)
+        return exercise.call(unguarded(exercise.reference), case, observe=False)
 
 
 def evaluate(exercise: Exercise, impl, cases: list) -> tuple[list, list, list]:
@@ -152,9 +166,10 @@ def evaluate(exercise: Exercise, impl, cases: list) -> tuple[list, list, list]:
             continue
         except Exception as err:  # the learner's bug: say which case and where, go on
             outputs.append(_Crashed(_crash_message(err)))
-            errors.append(f"{exercise.name} raised {type(err).__name__}{_where_in_learner_code(err)}: {err}")
+            errors.append(f"{exercise.name} raised {type(err).__name__}{_where_in_learner_code(err)}: {err}"
+                          f"{explain_crash(exercise, err)}")
             continue
-        outputs.append(got)
+        outputs.append(split(got)[0])
         errors.append(judge_case(exercise, case, exp, got))
     return outputs, errors, expected
 

@@ -38,6 +38,7 @@ import torch
 import torch.nn as nn
 
 from ._compare import describe
+from ._guards import AGAIN, _tensor_paths, clone_inputs, collecting_modules, layout, note_module, observation
 from ._tripwires import Budget, Forbidden  # noqa: F401
 
 
@@ -63,6 +64,8 @@ class Case:
     ``judge(got) -> message or None``: judge the output directly instead of comparing it with the
     reference (statistics such as dropout's, structure such as a cache's state).
     ``budget``: overrides the exercise's budget for this case.
+    ``observe``: what the guards observe on this case (``"inputs"``: the inputs and parameters
+    after the call; ``"again"``: a second call's output); set by the core from the declaration.
     """
 
     label: str
@@ -74,6 +77,7 @@ class Case:
     judge: Callable | None = None
     budget: Budget | None = None
     run: Callable | None = None  # overrides the exercise's runner for this case (e.g. repeated calls)
+    observe: tuple = ()
 
 
 @dataclass
@@ -100,7 +104,6 @@ class Variant:
     demo: bool = False
 
 
-DIAGNOSIS_SECONDS = 1.5  # time the diagnosis may take to name a mistake
 DEFAULT_SECONDS = 3.0  # per call, on the small inputs of a check: generous for Python loops
 
 
@@ -131,25 +134,85 @@ class Exercise:
     rescale: Callable[[Case, float], Case] | None = None  # the case with the scores multiplied by c
     scale_names: Callable[[Case], dict] | None = None  # {"1/sqrt(d_k)": value, ...}, correct one first
     input_names: tuple | None = None  # names of the inputs for gradient messages (default: signature)
-    # The stub's docstring, word for word: everything the check demands is stated here or in the
-    # curriculum's conventions (tests/test_checks.py compares it with the solution notebook).
-    contract: str = ""
+    # The declaration (``_contract.Contract``): the stub's docstring and the prompt's rules block are
+    # rendered from it, and the core enforces its rules (tests/test_contracts.py).
+    contract: Any = None
     # Optional: {phrase: value} describing a case, added to what ``case_features`` derives from its
     # arguments, for the "what the failing cases share" diagnosis (e.g. {"a window wider than S": True}).
     features: Callable[[Case], dict] | None = None
+    # Optional: (impl, cases, outputs, expected, errors) -> sentence or None, said after a failure
+    # when no mutant is named (TinyGPT: the first sub-module whose output differs).
+    locate: Callable | None = None
 
-    def call(self, impl, case: Case, guard: Callable = contextlib.nullcontext):
-        """Run ``impl`` on ``case``; learner code runs inside ``guard()`` (tripwires, budget).
+    def __post_init__(self):
+        from ._adversarial import planned_kinds
+        from ._contract import Contract
 
-        For a ``grad`` case, returns a dict of the forward outputs and the gradients
-        (``{"out": ..., "weights": ..., "dL/dq": ...}``); the gradients are computed outside
-        ``guard`` (the harness calls autograd, the learner's code does not).
-        """
-        if case.grad:
-            return forward_and_grads(self, impl, case, guard)
+        if isinstance(self.contract, str):  # a docstring alone: the course-wide defaults apply
+            self.contract = Contract(self.contract, forbid=tuple(self.forbidden))
+        if isinstance(self.contract, Contract):
+            if self.contract.forbid and not self.forbidden:
+                self.forbidden = tuple(self.contract.forbid)
+            self.contract.adversarial = planned_kinds(self)
+            self.own_cases = self.make_cases
+            self.make_cases = self._declared_cases
+
+    def _declared_cases(self, seed: int) -> list:
+        """The chapter's cases, then the cases the declaration implies, each told what to observe."""
+        from ._adversarial import declared_cases
+
+        return declared_cases(self, self.own_cases(seed), seed)
+
+    def _run(self, impl, case: Case, guard: Callable):
         runner = case.run or self.run or (run_module if self.kind == "class" else run_function)
         with guard():
             return runner(impl, case)
+
+    def call(self, impl, case: Case, guard: Callable = contextlib.nullcontext, observe: bool = True):
+        """Run ``impl`` on a copy of ``case``'s inputs; learner code runs inside ``guard()`` (tripwires,
+        budget).
+
+        For a ``grad`` case, returns a dict of the forward outputs and the gradients
+        (``{"out": ..., "weights": ..., "dL/dq": ...}``); the gradients are computed outside
+        ``guard`` (the harness calls autograd, the learner's code does not). Otherwise, when the case
+        observes something (and ``observe``), returns ``{"__output__": output, "__inputs__": ...,
+        "__layout__": ..., "__params__": ..., "__again__": ...}`` (``_guards``): what ``judge_case``
+        holds against the declaration; else the output itself.
+        """
+        if case.grad:
+            return forward_and_grads(self, impl, case, guard)
+        work = replace(case, args=clone_inputs(case.args), kwargs=clone_inputs(case.kwargs))
+        if not observe or not case.observe:
+            return self._run(impl, work, guard)
+        before = [layout(t) for _, t in _tensor_paths([work.args, work.kwargs], "")]
+        rng_state = torch.get_rng_state()
+        same_module = "again" in case.observe and self.kind == "class" and case.run is None and self.run is None
+        module = None
+        with collecting_modules() as modules:
+            if same_module:  # the second call goes to the same module: state kept between calls shows
+                with guard():
+                    module = build_module(impl, work)
+                    out = module(*work.args, **work.kwargs)
+            else:
+                out = self._run(impl, work, guard)
+        result = observation(out, work.args, work.kwargs, before, modules, case.init.get("state"))
+        if "again" in case.observe:
+            torch.set_rng_state(rng_state)
+            again = replace(case, args=clone_inputs(case.args), kwargs=clone_inputs(case.kwargs))
+            try:
+                if module is not None:
+                    with guard():
+                        result[AGAIN] = module(*again.args, **again.kwargs)
+                else:
+                    result[AGAIN] = self._run(impl, again, guard)
+            except Exception as err:  # noqa: BLE001 - judged: the second call must behave as the first
+                from .._guard import ForbiddenCall
+                from ._tripwires import BudgetExceeded
+
+                if isinstance(err, (ForbiddenCall, BudgetExceeded, NotImplementedError, CheckFailure)):
+                    raise
+                result[AGAIN] = {"__raised__": f"{type(err).__name__}: {str(err)[:200]}"}
+        return result
 
     def case_budget(self, case: Case) -> Budget:
         if case.budget is not None:
@@ -185,6 +248,7 @@ def build_module(cls, case: Case) -> nn.Module:
     if state is not None:
         load_state_strict(module, state, cls.__name__)
     module.eval()
+    note_module(module)
     return module
 
 
