@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from .. import reference as ref
 from .._guard import unguarded
+from ._contract import Contract
 from ._core import Case, Exercise, Mutant, Variant, build_module, generator, randn, random_padding_mask, rng
 from ._forbid import MHA, SDPA
 from ._registry import register
@@ -69,6 +70,10 @@ def _scores_by_hand(state: dict, q: torch.Tensor, k: torch.Tensor) -> torch.Tens
     return (feats @ state["w_v.weight"].T).squeeze(-1)  # (B, S_q, S_k)
 
 
+def _case_scores(case) -> torch.Tensor:
+    return _scores_by_hand(case.init["state"], case.args[0].float(), case.args[1].float())
+
+
 def _cases(seed: int) -> list:
     """The parameters first, then typical sizes and masks, gradients (float64, for the inputs and
     W_q, W_k, w_v), then the edges (S = 1, attn_dim = 1, leading masked keys, a masked key holding
@@ -114,7 +119,6 @@ def _cases(seed: int) -> list:
     grad_mask[1, 2, :3] = False  # a row whose leading keys are masked
     add("gradients (float64) with a fully masked row", 2, 4, 5, 4, 3, 5, 3, mask=grad_mask, grad=True, dtype=F64)
     add("a single decoder step (S_q = 1)", 2, 1, 6, 5, 3, 7, 4)
-    add("a single query and key (S = 1)", 1, 1, 1, 3, 2, 4, 5)
     add("attn_dim = 1", 2, 3, 4, 3, 3, 1, 2)
     lead_mask = torch.ones(2, 3, 6, dtype=torch.bool)
     lead_mask[:, :, :4] = False  # the softmax of every row starts with -inf
@@ -437,7 +441,6 @@ EXERCISE = Exercise(
     reference=ref.AdditiveAttention,
     make_cases=_cases,
     kind="class",
-    forbidden=(SDPA, MHA),
     mutants=MUTANTS,
     variants=[Variant("other_parameter_order_einsum", _VOtherOrderEinsum),
               Variant("decoder_steps_float64", _VDecoderStepsFloat64, demo=True), Variant("expand_and_bmm", _VExpandCat)],
@@ -445,7 +448,7 @@ EXERCISE = Exercise(
     rescale=_rescale,
     scale_names=_scale_names,
     input_names=("query", "keys", "values"),
-    contract="""Additive (Bahdanau) attention: score(q_i, k_j) = w_vᵀ tanh(W_q q_i + W_k k_j).
+    contract=Contract("""Additive (Bahdanau) attention: score(q_i, k_j) = w_vᵀ tanh(W_q q_i + W_k k_j).
 
     __init__(query_dim, key_dim, attn_dim) creates these three layers (in any order), and no
     other parameters or buffers; the check loads its weights into them by name:
@@ -458,8 +461,6 @@ EXERCISE = Exercise(
         Returns context (B, S_q, D_v) and weights (B, S_q, S_k): the weights are the softmax of
         the scores over the keys (masked keys get weight 0), and context == weights @ values.
         A fully masked query row gets zero weights and a zero context.
-    Models train through this module, so gradients are checked too, for the inputs and for
-    W_q, W_k and w_v (fully masked rows included): no in-place edits of tensors autograd needs.
-    """,
+    """, forbid=(SDPA, MHA), grad="query, keys, values, W_q, W_k and w_v (fully masked rows included)", kinds={"mask": "mask"}, scores=_case_scores),
 )
 check_AdditiveAttention = register(EXERCISE)

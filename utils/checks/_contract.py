@@ -111,6 +111,7 @@ class Dropout(Rule):
     """
 
     on: str = "each attention weight"
+    what: str = "weights"  # what the messages call the dropped values
     arg: str | None = None
     ctor: str | None = None
     probe: Callable | None = None
@@ -191,7 +192,7 @@ class Pure(Rule):
     enforcer = "_guards.observe / _guards.judge_guards (the inputs after every call)"
 
     def doc(self, contract):
-        return "Never modifies its inputs (no in-place edits of an argument or of the weights)."
+        return "inputs never modified"
 
     def prompt(self, contract):
         return ("**Inputs are never modified:** after every call the check compares each argument with what it "
@@ -207,7 +208,7 @@ class SameDtype(Rule):
     enforcer = "_guards.dtype_message in judge_case (float64 cases included)"
 
     def doc(self, contract):
-        return "Returns the floating inputs' dtype (float64 in, float64 out)."
+        return "output in the floating inputs' dtype"
 
     def prompt(self, contract):
         return ("**Output dtype:** the dtype of the floating-point inputs (the course's convention): float32 in, "
@@ -221,7 +222,7 @@ class Stateless(Rule):
     enforcer = "_guards.observe (a second call) / _guards.judge_guards"
 
     def doc(self, contract):
-        return "Keeps no state between calls: the same inputs give the same result."
+        return "no state between calls"
 
     def prompt(self, contract):
         return ("**No state between calls:** a second call with the same inputs (and the same random state) "
@@ -251,7 +252,7 @@ class Adversarial(Rule):
     enforcer = "_adversarial.adversarial_cases"
 
     def doc(self, contract):
-        return _wrap("Inputs include " + "; ".join(ADVERSARIAL_TEXT[k] for k in self.kinds) + ".")
+        return ""  # stated in the prompt's rules block only: the docstring says what to compute
 
     def prompt(self, contract):
         return ("**Inputs the check also uses:** " + "; ".join(ADVERSARIAL_TEXT[k] for k in self.kinds)
@@ -315,10 +316,10 @@ class Contract:
         lines = [self.text(), ""]
         simple = [r for r in self.rules() if isinstance(r, (Pure, SameDtype, Stateless))]
         for r in self.rules():
-            if not isinstance(r, (Pure, SameDtype, Stateless)):
+            if not isinstance(r, (Pure, SameDtype, Stateless)) and r.doc(self):
                 lines.append(r.doc(self))
         if simple:
-            lines.append(_wrap(" ".join(r.doc(self) for r in simple)))
+            lines.append(_wrap("Also checked: " + "; ".join(r.doc(self) for r in simple) + "."))
         return "\n".join(lines).rstrip()
 
     def rules_block(self, name: str) -> str:

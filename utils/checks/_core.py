@@ -30,6 +30,7 @@ import torch
 
 from .._clock import Deadline, DispatchMode, cpu_alarm  # noqa: F401
 from .._guard import ForbiddenCall, _learner_depth, learner_is_running, reference  # noqa: F401
+from ._adversarial import _DISABLED
 from ._contract import Contract
 from ._guards import dtype_message, explain_crash, judge_again, judge_guards, split
 from ._compare import _apart, _fmt_idx, compare, describe, name_paths  # noqa: F401
@@ -120,7 +121,7 @@ def judge_case(exercise: Exercise, case: Case, expected, got) -> str | None:
         except Exception as err:  # noqa: BLE001 - a malformed output the judge could not read
             return f"the output could not be judged ({type(err).__name__}: {err}); got {describe(out)}."
     msg = compare(expected, out, *tolerance(exercise, case))
-    if msg is None and contract is not None and contract.same_dtype:
+    if msg is None and contract is not None and contract.same_dtype and "dtype" not in _DISABLED:
         msg = dtype_message(exercise, case, expected, out)
     return msg or (judge_again(exercise, case, out, obs, tolerance(exercise, case)) if obs else None)
 

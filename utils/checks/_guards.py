@@ -93,11 +93,13 @@ def note_module(module: nn.Module) -> None:
         modules.append(module)
 
 
-def observation(out, args, kwargs, before: list, modules: list, state: dict | None) -> dict:
-    """The result of a guarded call: its output and what the call left behind."""
-    inputs = [args, kwargs]
-    after = [layout(t) for _, t in _tensor_paths(inputs, "")]
-    result = {OUT: out, INPUTS: snapshot(inputs), LAYOUT: [b + a for b, a in zip(before, after)]}
+def observation(out, args, kwargs, before: list, modules: list, state: dict | None, inputs: bool = True) -> dict:
+    """The result of a guarded call: its output and (``inputs``) what the call left behind."""
+    result = {OUT: out}
+    if not inputs:
+        return result
+    after = [layout(t) for _, t in _tensor_paths([args, kwargs], "")]
+    result.update({INPUTS: snapshot([args, kwargs]), LAYOUT: [b + a for b, a in zip(before, after)]})
     if state and modules:
         params = dict(modules[0].named_parameters(remove_duplicate=False))
         result[PARAMS] = {k: params[k].detach().clone() for k in state if k in params}
@@ -280,6 +282,11 @@ DROPOUT_HINTS = {
 }
 
 
+def dropout_hint(key: str, name: str) -> str:
+    """The sentence a dropout judge gives for the usual slip ``key`` (mutants' hints use it too)."""
+    return DROPOUT_HINTS[key].format(p=name)
+
+
 def run_training(cls, case):
     """Build the module, switch it to training mode, call ``forward`` (dropout's probes)."""
     from ._model import build_module
@@ -313,14 +320,17 @@ def dropout_judge(exercise, p: float):
         w0 = rule.values(off, ref_out)
         if not isinstance(w, torch.Tensor) or tuple(w.shape) != tuple(w0.shape):
             return f"{where}, the dropped values should have shape {tuple(w0.shape)}, got {describe(w)}."
+        if rule.consistent is not None:
+            msg = rule.consistent(case, got)
+            if msg:
+                return f"{where}: {msg}"
         w, w0 = w.detach().double(), w0.detach().double()
         live = w0 != 0
         n = int(live.sum())
         dropped = float((w[live] == 0).double().mean())
-        sigma = math.sqrt(p * (1 - p) / max(n, 1))
-        bound = 6 * sigma + 0.01
+        bound = 6 * math.sqrt(p * (1 - p) / max(n, 1)) + 0.01
         if abs(dropped - p) > bound:
-            seen = f"{where}, {100 * dropped:.1f}% of {rule.on.replace('each ', 'the ')}s were dropped, expected {100 * p:g}% ± {100 * bound:.1f}%."
+            seen = f"{where}, {100 * dropped:.1f}% of the {rule.what} were dropped, expected {100 * p:g}% ± {100 * bound:.1f}%."
             if dropped < 0.01:
                 return f"{seen} Likely mistake: {hint('ignored')}"
             if abs(dropped - (1 - p)) <= bound:
@@ -332,19 +342,15 @@ def dropout_judge(exercise, p: float):
             want = 1 / (1 - p)
             if not bool(torch.allclose(ratio, torch.full_like(ratio, want), rtol=1e-4, atol=0)):
                 lo, hi = float(ratio.min()), float(ratio.max())
-                seen = (f"{where}, the kept values are the undropped ones times {lo:.4g} to {hi:.4g}, expected exactly "
-                        f"1/(1 - {rule.name}) = {want:.4g}.")
+                seen = (f"{where}, the kept {rule.what} are the undropped ones times {lo:.4g} to {hi:.4g}, expected "
+                        f"exactly 1/(1 - {rule.name}) = {want:.4g}.")
                 if abs(lo - 1) < 1e-3 and abs(hi - 1) < 1e-3:
                     return f"{seen} Likely mistake: {hint('not_rescaled')}"
-                if abs(lo - 1 / p) < 1e-3 * (1 / p) and abs(hi - 1 / p) < 1e-3 * (1 / p):
+                if abs(lo * p - 1) < 1e-3 and abs(hi * p - 1) < 1e-3:
                     return f"{seen} Likely mistake: {hint('rescaled_by_1_over_p')}"
                 if hi - lo > 1e-3 * want:
                     return f"{seen} Likely mistake: {hint('renormalised')}"
                 return seen
-        if rule.consistent is not None:
-            msg = rule.consistent(case, got)
-            if msg:
-                return f"{where}: {msg}"
         return None
 
     return judge_at

@@ -195,7 +195,8 @@ class Exercise:
                     out = module(*work.args, **work.kwargs)
             else:
                 out = self._run(impl, work, guard)
-        result = observation(out, work.args, work.kwargs, before, modules, case.init.get("state"))
+        result = observation(out, work.args, work.kwargs, before, modules, case.init.get("state"),
+                             inputs="inputs" in case.observe)
         if "again" in case.observe:
             torch.set_rng_state(rng_state)
             again = replace(case, args=clone_inputs(case.args), kwargs=clone_inputs(case.kwargs))
