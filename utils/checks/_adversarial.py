@@ -70,7 +70,7 @@ def planned_kinds(exercise) -> tuple:
         out.append("non_contiguous")
     if fn and c.same_dtype and kinds:
         out.append("float64")
-    if c.grad is not None and "large" in out:
+    if c.grad is not None and ("large" in out or kinds & {"tensor", "tokens"}):
         out.append("grad_large")
     return tuple(k for k in out if k not in c.off)
 
@@ -359,16 +359,26 @@ def _reversed_in_memory(t: torch.Tensor) -> torch.Tensor:
     return t.permute(order).contiguous().permute(order)
 
 
+def _map(obj, f):
+    if isinstance(obj, torch.Tensor):
+        return f(obj)
+    if type(obj) in (tuple, list):
+        return type(obj)(_map(v, f) for v in obj)
+    return obj
+
+
 def _non_contiguous(exercise, cases):
+    from ._guards import _tensor_paths
+
     def dims(c):
-        return max((v.dim() for v in named_args(exercise, c).values() if isinstance(v, torch.Tensor)), default=0)
+        return max((t.dim() for _, t in _tensor_paths([c.args, c.kwargs], "")), default=0)
 
     plain = [c for c in cases if _plain_base(c) and dims(c) >= 2]
     if not plain:
         return []
     base = max(plain, key=dims)  # the most dims: a transposed layout then breaks any .view across them
-    updates = {n: _reversed_in_memory(v) for n, v in named_args(exercise, base).items()
-               if isinstance(v, torch.Tensor) and v.dim() >= 2}
+    updates = {n: _map(v, lambda t: _reversed_in_memory(t) if t.dim() >= 2 else t)
+               for n, v in named_args(exercise, base).items() if not callable(v) or isinstance(v, torch.Tensor)}
     out = [("non-contiguous inputs (every dim transposed in memory)", with_args(exercise, base, **updates))]
     exp_base = _base(exercise, cases, pred=lambda c: any(isinstance(v, torch.Tensor) and v.dim() >= 3 and v.shape[0] >= 2
                                                          for v in named_args(exercise, c).values()))
@@ -380,8 +390,9 @@ def _non_contiguous(exercise, cases):
 
 
 def _float64(exercise, cases):
-    base = _base(exercise, cases, pred=lambda c: any(isinstance(v, torch.Tensor) and v.dtype == torch.float32
-                                                     for v in named_args(exercise, c).values()))
+    from ._guards import _tensor_paths
+
+    base = _base(exercise, cases, pred=lambda c: any(t.dtype == torch.float32 for _, t in _tensor_paths([c.args, c.kwargs], "")))
     if base is None:
         return []
     return [("float64 inputs", replace(base, args=_to(base.args, F64), kwargs=_to(base.kwargs, F64)))]
@@ -391,12 +402,14 @@ def _grad_large(exercise, cases):
     base = next((c for c in cases if c.grad and c.judge is None), None)
     if base is None:
         return []
+    for kind in ("tokens", "tensor"):  # inputs that are not scores: |x| ≈ 100 to 300
+        name, t = _of_kind(exercise, base, kind)
+        if name is not None and t.is_floating_point():
+            return [("float64 gradients at |x| ≈ 100", with_args(exercise, base, **{name: t * 100.0}))]
     s = _scores(exercise, base)
     top = float(s.abs().max()) if s is not None and s.numel() else 3.0
-    target = 1e3 if _of_kind(exercise, base, "tokens")[0] is None else None
-    scaled = _scale(exercise, base, target / max(top, 1e-3)) if target else \
-        with_args(exercise, base, **{_of_kind(exercise, base, "tokens")[0]: _of_kind(exercise, base, "tokens")[1] * 100.0})
-    return [] if scaled is None else [("float64 gradients at large |x|", scaled)]
+    scaled = _scale(exercise, base, 1e3 / max(top, 1e-3))
+    return [] if scaled is None else [("float64 gradients at |scores| ≈ 10³ (past exp's range)", scaled)]
 
 
 KINDS = {"large": _large, "masked_max": _masked_max, "zero_vectors": _zero_vectors, "ties": _ties,
