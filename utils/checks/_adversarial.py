@@ -313,22 +313,25 @@ def _fully_masked(exercise, cases):
 
 
 def _narrow(exercise, case, s_q=None, s_k=None):
+    """The case with S_q (and S_k) cut to the given sizes: each argument's dims named S_q, S_k (or S,
+    both) in the contract's ``name: (dims)`` lines; by kind where a line says nothing."""
+    dims = exercise.contract.dims()
+    by_kind = {"query": ["S_q", "D"], "key": ["S_k", "D"], "value": ["S_k", "D_v"], "mask": ["S_q", "S_k"],
+               "scores": ["S_q", "S_k"]}
     updates = {}
     for name, v in named_args(exercise, case).items():
-        kind = arg_kinds(exercise).get(name)
-        if not isinstance(v, torch.Tensor) or v.dim() < 2:
+        names = dims.get(name) or by_kind.get(arg_kinds(exercise).get(name))
+        if not isinstance(v, torch.Tensor) or not names or v.dim() < 2:
             continue
-        if kind == "query" and s_q is not None:
-            updates[name] = v[..., :s_q, :].clone()
-        elif kind in ("key", "value") and s_k is not None:
-            updates[name] = v[..., :s_k, :].clone()
-        elif kind in ("mask", "scores"):
-            m = v
-            if s_q is not None and m.shape[-2] > 1:
-                m = m[..., :s_q, :]
-            if s_k is not None and m.shape[-1] > 1:
-                m = m[..., :s_k]
-            updates[name] = m.clone()
+        names = names[-v.dim():] if names[0] == "..." or len(names) >= v.dim() else names
+        t = v
+        for i, dim in enumerate(names[::-1]):
+            axis = -1 - i
+            size = s_q if dim in ("S_q", "S") else s_k if dim == "S_k" else None
+            if size is not None and -axis <= t.dim() and t.shape[axis] > size:
+                t = t.narrow(axis, 0, size)
+        if t is not v:
+            updates[name] = t.clone()
     return with_args(exercise, case, **updates)
 
 
