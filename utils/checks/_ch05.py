@@ -16,7 +16,7 @@ from ._contract import Contract
 from ._contract import Dropout
 from ._core import Case, Exercise, Mutant, Variant, build_module, describe, generator, largest_tensor, randn, rng
 from ._forbid import MHA, SDPA
-from ._guards import dropout_hint
+from ._guards import STATE, dropout_hint
 from ._registry import register
 
 __all__ = [
@@ -653,6 +653,16 @@ def _mha(**attrs):
     return _variant(_MHAMistake, "MultiHeadAttention", **attrs)
 
 
+class _MHAKeepsKeys(_MHAMistake):
+    """Keeps the keys and values of every call (a KV cache inside the module) and attends to all of them."""
+
+    def forward(self, query, key, value, mask=None):
+        if getattr(self, "_kept", None) is not None and self._kept[0].shape[0] == key.shape[0] and mask is None:
+            key, value = torch.cat([self._kept[0], key], 1), torch.cat([self._kept[1], value], 1)
+        self._kept = (key.detach(), value.detach())
+        return super().forward(query, key, value, mask)
+
+
 VIEW_NO_TRANSPOSE_HINT = ("heads were mixed up in split_heads: a direct view of (B, S, d_model) as (B, H, S, D_h) "
                           "scrambles positions and features; view it as (B, S, H, D_h), then transpose(1, 2).")
 NO_TRANSPOSE_HINT = ("the heads were split with a view to (B, S, H, D_h) but never transposed, so attention ran "
@@ -705,6 +715,7 @@ MHA_MUTANTS = [
     Mutant("dropout_on_output", DROPOUT_ON_OUTPUT, _mha(dropout_mode="output")),
     Mutant("weights_returned_before_dropout", DROPOUT_NOT_RETURNED, _mha(dropout_mode="not_returned")),
     Mutant("dropout_keep_probability", dropout_hint("keep_probability", "dropout"), _mha(dropout_mode="keep")),
+    Mutant("keys_kept_between_calls", STATE, _MHAKeepsKeys),
 ]
 
 

@@ -217,7 +217,8 @@ class SameDtype(Rule):
 
 @dataclass
 class Stateless(Rule):
-    """A second call with the same inputs (and the same random state) gives the same result."""
+    """Called again with the same inputs and random state, after a call on other inputs, it gives the
+    same result."""
 
     enforcer = "_guards.observe (a second call) / _guards.judge_guards"
 
@@ -225,8 +226,9 @@ class Stateless(Rule):
         return "no state between calls"
 
     def prompt(self, contract):
-        return ("**No state between calls:** a second call with the same inputs (and the same random state) "
-                "gives the same result; nothing is cached from one call to the next.")
+        return ("**No state between calls:** called again with the same inputs (and the same random state), "
+                "after a call on other inputs, it gives the same result; nothing is cached or accumulated from "
+                "one call to the next (on the function, the module or a default argument).")
 
 
 # The adversarial kinds the core derives from the arguments' kinds (``_adversarial.KINDS``).

@@ -47,6 +47,17 @@ def clone_inputs(obj, depth: int = 0):
     return obj
 
 
+def flipped(obj, depth: int = 0):
+    """Other valid inputs of the same shapes: floating tensors reversed along their last dim."""
+    if isinstance(obj, torch.Tensor):
+        return obj.flip(-1) if obj.is_floating_point() and obj.dim() >= 1 else obj
+    if depth < 4 and type(obj) in (tuple, list):
+        return type(obj)(flipped(v, depth + 1) for v in obj)
+    if depth < 4 and type(obj) is dict:
+        return {k: flipped(v, depth + 1) for k, v in obj.items()}
+    return obj
+
+
 def layout(t: torch.Tensor) -> list:
     return [t.dim(), *t.shape, *t.stride(), t.storage_offset()]
 
@@ -118,7 +129,7 @@ def split(got):
 # ----------------------------------------------------------------------------------------------
 INPLACE = "changed its input {name} in place"
 PARAMS_CHANGED = "changed its parameter {name} during the forward pass"
-STATE = "a second call with the same inputs gave another result"
+STATE = "called again with the same inputs (after a call on other inputs), it gave another result"
 DTYPE = "returned {got} for {want} inputs"
 
 
@@ -204,9 +215,9 @@ def judge_again(exercise, case, out, obs: dict, tol) -> str | None:
         return None
     again = obs[AGAIN]
     if isinstance(again, dict) and set(again) == {"__raised__"}:
-        return (f"{STATE} — the second call raised {again['__raised__']}. The exercise keeps no state between "
+        return (f"{STATE} — a later call raised {again['__raised__']}. The exercise keeps no state between "
                 "calls: nothing may be cached or consumed from one call to the next.")
-    msg = compare(out, again, *tol, path="the second call's output")
+    msg = compare(out, again, *tol, path="the later call's output")
     if msg:
         return (f"{STATE} (with the same random state): {msg} The exercise keeps no state between calls: "
                 "no cache, counter or tensor kept on the function, the module or a default argument.")

@@ -38,7 +38,8 @@ import torch
 import torch.nn as nn
 
 from ._compare import describe
-from ._guards import AGAIN, _tensor_paths, clone_inputs, collecting_modules, layout, note_module, observation
+from ._guards import (AGAIN, _tensor_paths, clone_inputs, collecting_modules, flipped, layout, note_module,
+                      observation)
 from ._tripwires import Budget, Forbidden  # noqa: F401
 
 
@@ -197,20 +198,24 @@ class Exercise:
                 out = self._run(impl, work, guard)
         result = observation(out, work.args, work.kwargs, before, modules, case.init.get("state"),
                              inputs="inputs" in case.observe)
-        if "again" in case.observe:
-            torch.set_rng_state(rng_state)
+        if "again" in case.observe:  # another call in between (floating inputs flipped), then the same again
+            from .._guard import ForbiddenCall
+            from ._tripwires import BudgetExceeded
+
+            stop = (ForbiddenCall, BudgetExceeded, NotImplementedError, CheckFailure)
+            other = replace(case, args=flipped(clone_inputs(case.args)), kwargs=flipped(clone_inputs(case.kwargs)))
             again = replace(case, args=clone_inputs(case.args), kwargs=clone_inputs(case.kwargs))
             try:
-                if module is not None:
-                    with guard():
-                        result[AGAIN] = module(*again.args, **again.kwargs)
-                else:
-                    result[AGAIN] = self._run(impl, again, guard)
-            except Exception as err:  # noqa: BLE001 - judged: the second call must behave as the first
-                from .._guard import ForbiddenCall
-                from ._tripwires import BudgetExceeded
-
-                if isinstance(err, (ForbiddenCall, BudgetExceeded, NotImplementedError, CheckFailure)):
+                for step in (other, again):
+                    torch.set_rng_state(rng_state)
+                    if module is not None:
+                        with guard():
+                            out2 = module(*step.args, **step.kwargs)
+                    else:
+                        out2 = self._run(impl, step, guard)
+                result[AGAIN] = out2
+            except Exception as err:  # noqa: BLE001 - judged: the calls after the first must behave like it
+                if isinstance(err, stop):
                     raise
                 result[AGAIN] = {"__raised__": f"{type(err).__name__}: {str(err)[:200]}"}
         return result

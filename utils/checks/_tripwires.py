@@ -101,9 +101,9 @@ class _Tripwire(TorchFunctionMode):
             if est > b.numel:
                 self._too_big(est, None, name)
         out = func(*args, **kwargs)
-        if b.numel is not None:
+        if b.numel is not None:  # a tensor on the meta device holds no memory: never counted
             for t in out if isinstance(out, (tuple, list)) else (out,):
-                if isinstance(t, torch.Tensor) and t.numel() > b.numel:
+                if isinstance(t, torch.Tensor) and t.numel() > b.numel and not t.is_meta:
                     self._too_big(t.numel(), t.shape, name)
         return out
 
@@ -134,6 +134,8 @@ def _broadcast_numel(*shapes) -> int:
 def _estimate_numel(name: str, args) -> int:
     """The size of the output a matmul or a broadcasting op is about to allocate (0: unknown)."""
     tensors = [t for t in args if isinstance(t, torch.Tensor)]
+    if any(t.is_meta for t in tensors):
+        return 0
     try:
         if name in _MATMULS and len(tensors) >= 2:
             a, b = tensors[-2], tensors[-1]
