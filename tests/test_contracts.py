@@ -31,6 +31,7 @@ NAMES = sorted(EXERCISES)
 
 # (exercise, mutant, the guard or adversarial kind that alone rejects it)
 ONLY_KILLED_BY = [
+    ("fit_loglog_slope", "sorts_the_callers_lists", "inputs"),
     ("MultiHeadAttention", "keys_kept_between_calls", "again"),
     ("padding_mask", "lengths_unsqueezed_in_place", "inputs"),
     ("scaled_dot_product_attention", "float32_result", "dtype"),

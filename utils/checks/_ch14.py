@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from .. import reference as ref
 from .._gpt_model import ConcatKVCache, GPTModel
+from ._contract import Contract
 from ._core import Case, CheckFailure, Exercise, Mutant, Variant, describe, generator, load_state_strict, rng
 from ._registry import register
 
@@ -550,8 +551,8 @@ TINYGPT_CONTRACT = """A small decoder-only transformer: token embedding, n_layer
             (B, num_kv_heads, S, head_dim) (kv heads not repeated) and attends to what it returns.
             start_pos = the number of tokens already cached; query i sees every cached key and
             the new keys up to itself. Returns (logits, caches), the list it was given.
-    Gradients are checked in float64 (the check converts the floating-point parameters and
-    buffers): compute in the dtype of the weights, and no in-place edits of tensors autograd needs.
+    Compute in the dtype of the weights (the gradient cases convert the floating-point parameters
+    and buffers to float64).
     """
 
 TINYGPT_EXERCISE = Exercise(
@@ -567,7 +568,7 @@ TINYGPT_EXERCISE = Exercise(
     # float32 logits of O(1-10) through a few layers; RoPE tables in float32, complex RoPE and
     # fused SDPA differ from the reference by ~1e-6: 1e-4 absolute is still far below every mistake
     atol=1e-4,
-    contract=TINYGPT_CONTRACT,
+    contract=Contract(TINYGPT_CONTRACT, grad="every parameter, by the names above", same_dtype=True),
 )
 check_TinyGPT = register(TINYGPT_EXERCISE)
 
@@ -902,7 +903,7 @@ GENERATE_CONTRACT = """Greedy decoding: append the argmax token of the last posi
         tokens already cached. The check keeps S + max_new_tokens <= model.max_len here.
     use_cache=False: every step runs the whole sequence, cropped to its last model.max_len
         tokens, with caches=None (start_pos=0).
-    Both give the same tokens. No gradients are needed (torch.no_grad()).
+    Both give the same tokens. No gradients are needed: torch.no_grad() is up to you (not checked).
     """
 
 GENERATE_EXERCISE = Exercise(
@@ -912,6 +913,6 @@ GENERATE_EXERCISE = Exercise(
     run=_run_generate,
     mutants=GENERATE_MUTANTS,
     variants=GENERATE_VARIANTS,
-    contract=GENERATE_CONTRACT,
+    contract=Contract(GENERATE_CONTRACT, same_dtype=False),
 )
 check_generate = register(GENERATE_EXERCISE)
