@@ -217,6 +217,10 @@ def _run_check(exercise: Exercise, impl, seed: int | None, quiet: bool) -> int:
                         lines.append(f"Likely mistake: {hint}")
                         hints.append(hint)
             named = bool(hints) or any(m.hint in errors[first] for m in exercise.mutants)
+            if not named and exercise.locate is not None:
+                where = exercise.locate(exercise, impl, cases, outputs, expected, errors)
+                if where:
+                    lines.append(f"Where: {where}")
             # Generic diagnoses come after the bank's hints and never replace them: when a known
             # mistake is named, only the (factual) features the failing cases share are added.
             lines += generic_diagnoses(exercise, cases, outputs, expected, errors, clues=not named)
