@@ -25,7 +25,6 @@ from dataclasses import replace
 
 import torch
 
-from ._contract import ADVERSARIAL_TEXT
 from ._model import _input_names
 from ._tripwires import Budget
 

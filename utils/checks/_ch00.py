@@ -1,6 +1,4 @@
 """Checks for chapter 00 — foundations: stable softmax and log-sum-exp."""
-import math
-
 import torch
 
 from .. import reference as ref

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from .. import reference as ref
 from .._guard import unguarded
 from ._contract import Contract
-from ._core import Case, Exercise, Mutant, Variant, build_module, generator, randn, random_padding_mask, rng
+from ._core import (Case, Exercise, Mutant, Variant, generator, layout_judge, parameter_layout, randn,
+                    random_padding_mask, rng)
 from ._forbid import MHA, SDPA
 from ._registry import register
 
@@ -31,35 +32,7 @@ NAMES_HINT = ("use the attribute names the exercise gives: self.W_q, self.W_k an
               "(the check loads its weights into them by name).")
 SHAPES_HINT = ("nn.Linear(in_features, out_features) stores a weight of shape (out, in): W_q = nn.Linear(query_dim, "
                "attn_dim), W_k = nn.Linear(key_dim, attn_dim), w_v = nn.Linear(attn_dim, 1).")
-
-
-def _param_layout(cls, case: Case):
-    """Build the learner's module (no weights loaded) and list its parameters: [[name, shape], ...]."""
-    init = {k: v for k, v in case.init.items() if k != "state"}
-    module = build_module(cls, replace(case, init=init))
-    return sorted([name, list(t.shape)] for name, t in module.state_dict().items())
-
-
-def _judge_layout(dq: int, dk: int, attn_dim: int):
-    expected = _layout(dq, dk, attn_dim)
-
-    def judge(got) -> str | None:
-        try:
-            mine = {str(name): [int(n) for n in shape] for name, shape in got}
-        except (TypeError, ValueError):
-            return "the module's parameters could not be listed."
-        where = f"AdditiveAttention({dq}, {dk}, {attn_dim}) has parameters {sorted(mine)}"
-        if any(name.endswith(".bias") for name in mine):
-            return f"{where}. Likely mistake: {BIAS_HINT}"
-        if set(mine) != set(expected):
-            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {NAMES_HINT}"
-        for name, shape in expected.items():
-            if mine[name] != shape:
-                return (f"{name} has shape {tuple(mine[name])}, expected {tuple(shape)}. Likely mistake: "
-                        f"{SHAPES_HINT}")
-        return None
-
-    return judge
+HINTS = {"bias": BIAS_HINT, "no_bias": NAMES_HINT, "names": NAMES_HINT, "shapes": SHAPES_HINT}
 
 
 # ---------------------------------------------------------------- cases
@@ -81,8 +54,9 @@ def _cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
     dims = (4, 6, 8)
-    cases.append(Case(f"the parameters of AdditiveAttention{dims}: names and shapes", init={"ctor": dims, "seed": seed},
-                      run=_param_layout, judge=_judge_layout(*dims)))
+    cases.append(Case(f"the parameters of AdditiveAttention{dims}: names and shapes",
+                      init={"ctor": dims, "seed": seed, "buffers": True}, run=parameter_layout,
+                      judge=layout_judge(f"AdditiveAttention{dims}", _layout(*dims), HINTS)))
 
     def add(label, batch, s_q, s_k, dq, dk, attn_dim, d_v, mask=None, scale=1.0, grad=False, dtype=torch.float32,
             v_scale=1.0, hide_best=False, tol=None):

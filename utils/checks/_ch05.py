@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from .. import reference as ref
 from ._contract import Contract
 from ._contract import Dropout
-from ._core import Case, Exercise, Mutant, Variant, build_module, describe, generator, largest_tensor, randn, rng
+from ._core import Case, Exercise, Mutant, Variant, build_module, generator, layout_judge, parameter_layout, randn, rng
 from ._forbid import MHA, SDPA
 from ._guards import STATE, dropout_hint
 from ._registry import register
@@ -44,48 +44,6 @@ def random_state(layout, g: torch.Generator) -> dict:
         scale = 1.0 / math.sqrt(shape[-1]) if len(shape) == 2 else 0.1
         state[name] = randn(*shape, gen=g, scale=scale)
     return state
-
-
-def _param_layout(cls, case: Case):
-    """Build the learner's module (no weights loaded) and list its parameters: [[names, shape], ...].
-
-    One entry per distinct parameter, with every name it is reachable under (a layer also held in
-    an nn.ModuleList is one parameter with two names). Buffers are not parameters: not listed.
-    """
-    init = {k: v for k, v in case.init.items() if k != "state"}
-    module = build_module(cls, replace(case, init=init))
-    groups: dict = {}
-    for name, p in module.named_parameters(remove_duplicate=False):
-        groups.setdefault(id(p), [[], list(p.shape)])[0].append(name)
-    return sorted([sorted(names), shape] for names, shape in groups.values())
-
-
-def _judge_layout(what: str, expected: dict, hints: dict):
-    """Judge the parameter list against ``expected`` ({name: shape}); ``hints`` name the usual slips."""
-
-    def judge(got) -> str | None:
-        try:
-            mine = {}
-            for names, shape in got:  # a parameter reachable under several names counts once, by the given name
-                names = [names] if isinstance(names, str) else [str(n) for n in names]
-                mine[next((n for n in names if n in expected), names[0])] = [int(n) for n in shape]
-        except (TypeError, ValueError, StopIteration, IndexError):
-            return "the module's parameters could not be listed."
-        where = f"{what} has parameters {sorted(mine)}"
-        has_bias = any(n.endswith(".bias") for n in mine)
-        wants_bias = any(n.endswith(".bias") for n in expected)
-        if has_bias and not wants_bias:
-            return f"{where}. Likely mistake: {hints['bias']}"
-        if wants_bias and not has_bias and set(n.replace('.bias', '.weight') for n in expected) <= set(mine):
-            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {hints['no_bias']}"
-        if set(mine) != set(expected):
-            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {hints['names']}"
-        for name, shape in expected.items():
-            if mine[name] != list(shape):
-                return f"{name} has shape {tuple(mine[name])}, expected {tuple(shape)}. Likely mistake: {hints['shapes']}"
-        return None
-
-    return judge
 
 
 def _f64(state: dict) -> dict:
@@ -128,7 +86,7 @@ def _self_attention_cases(seed: int) -> list:
     cases = []
     for ctor in ((8, 4), (6, 4, 5)):
         cases.append(Case(f"the parameters of SelfAttention{ctor}: names and shapes", init={"ctor": ctor, "seed": seed},
-                          run=_param_layout, judge=_judge_layout(f"SelfAttention{ctor}", _sa_layout(*ctor), SA_HINTS)))
+                          run=parameter_layout, judge=layout_judge(f"SelfAttention{ctor}", _sa_layout(*ctor), SA_HINTS)))
 
     def add(label, B, S, d_model, d_k=None, d_v=None, mask=None, scale=1.0, grad=False, hide_best=False):
         kwargs = {k: v for k, v in (("d_k", d_k), ("d_v", d_v)) if v is not None}
@@ -459,8 +417,8 @@ def _mha_cases(seed: int) -> list:
     cases = []
     for ctor, bias in (((12, 3), True), ((8, 2, 0.0, False), False)):
         cases.append(Case(f"the parameters of MultiHeadAttention{ctor}: names and shapes",
-                          init={"ctor": ctor, "seed": seed}, run=_param_layout,
-                          judge=_judge_layout(f"MultiHeadAttention{ctor}", _mha_layout(ctor[0], bias), MHA_HINTS)))
+                          init={"ctor": ctor, "seed": seed}, run=parameter_layout,
+                          judge=layout_judge(f"MultiHeadAttention{ctor}", _mha_layout(ctor[0], bias), MHA_HINTS)))
 
     def add(label, B, s_q, s_k, d_model, H, mask=None, dropout=0.0, bias=True, kind="cross", scale=1.0,
             grad=False, hide_best=False):

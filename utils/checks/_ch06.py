@@ -15,7 +15,7 @@ from .._guard import unguarded
 from ._ch05 import random_state
 from ._contract import Contract
 from ._contract import Dropout
-from ._core import Case, Exercise, Mutant, Variant, build_module, describe, generator, largest_tensor, randn, rng
+from ._core import Case, Exercise, Mutant, Variant, build_module, describe, generator, randn, rng
 from ._forbid import LAYERNORM, MHA
 from ._guards import dropout_hint
 from ._registry import register

@@ -6,7 +6,7 @@ import torch
 from .. import reference as ref
 from ..reference._common import masked_softmax_impl
 from ._contract import Contract
-from ._core import Case, CheckFailure, Exercise, Mutant, Variant, generator, randn, rng
+from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._guards import DTYPE
 from ._registry import register
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from .. import reference as ref
 from ..reference._common import masked_softmax_impl
 from ._contract import Contract, Cost
-from ._core import Budget, BudgetExceeded, Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._forbid import MHA, SDPA
 from ._registry import register
 

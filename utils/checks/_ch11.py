@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from .. import reference as ref
 from ._contract import Contract, Cost
-from ._core import Budget, Case, CheckFailure, Exercise, Mutant, Variant, generator, randn, rng
+from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._guards import DTYPE
 from ._registry import register
 

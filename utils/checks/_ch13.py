@@ -6,7 +6,7 @@ import torch
 
 from .. import reference as ref
 from ._contract import Contract, Cost
-from ._core import Budget, Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._forbid import LOGSUMEXP, MHA, SDPA, SOFTMAX
 from ._registry import register
 
@@ -224,8 +224,8 @@ check_online_softmax = register(ONLINE_SOFTMAX_EXERCISE)
 FULL_SCORES = ("flash attention holds one (block_size × block_size) tile of scores at a time: no strip of a query "
                "block against all keys (no plain softmax over a whole row), no full S_q × S_k score matrix, and no "
                "full S_q × S_k causal mask (build each tile's mask from torch.arange of its rows and columns)")
-NO_SKIP = ("with causal=True the key blocks that lie entirely above the causal diagonal were still "
-           "computed: stop the key loop at the last key the block's last query may see (i + S_k - S_q).")
+NO_SKIP = ("with causal=True, the key blocks that lie entirely above the causal diagonal are skipped, not computed: "
+           "stop the key loop at the last key the block's last query may see (i + S_k - S_q)")
 
 
 
@@ -605,7 +605,9 @@ FLASH_EXERCISE = Exercise(
     For each block of block_size queries, visit the blocks of block_size keys in order, keeping
     per query a running max m, a running sum l and an unnormalised output acc; when m grows,
     rescale l and acc by exp(m_old − m_new); at the end out = acc / l, lse = m + log(l).
-    causal=True is bottom-right aligned (query i sees key j iff j ≤ i + S_k − S_q)    A query that sees no key (S_q > S_k with causal) gets a zero output and lse = -inf.
+    causal=True is bottom-right aligned (query i sees key j iff j ≤ i + S_k − S_q), and the key
+    blocks that no query of the block can see are skipped.
+    A query that sees no key (S_q > S_k with causal) gets a zero output and lse = -inf.
     """, forbid=(SOFTMAX, SDPA, MHA), budgets=(FLASH_MEMORY, FLASH_WORK)),
 )
 check_flash_attention = register(FLASH_EXERCISE)

@@ -40,7 +40,7 @@ from ._diagnose import (CLUE_PREFIX, DIAGNOSIS_SECONDS, GENERIC_SECONDS, SHARE_P
                         generic_diagnoses, output_clues, shared_features)
 from ._model import *  # noqa: F401,F403
 from ._model import (DEFAULT_SECONDS, Case, CheckFailure, Exercise, Mutant, Variant, _detach,  # noqa: F401
-                     _input_names, _tensors, build_module, case_seed, default_budget, forward_and_grads,
+                     _input_names, _tensors, build_module, layout_judge, parameter_layout, case_seed, default_budget, forward_and_grads,
                      generator, load_state_strict, loss_weights, randn, random_padding_mask, reseed, rng,
                      run_function, run_module, shape_label, tolerance)
 from ._tripwires import *  # noqa: F401,F403

@@ -263,6 +263,52 @@ def run_module(cls, case: Case):
     return build_module(cls, case)(*case.args, **case.kwargs)
 
 
+def parameter_layout(cls, case):
+    """Build the learner's module (no weights loaded) and list its parameters: [[names, shape], ...].
+
+    One entry per distinct parameter, with every name it is reachable under (a layer also held in
+    an nn.ModuleList is one parameter with two names). Buffers are listed only where the contract
+    allows none (``case.init["buffers"]``).
+    """
+    init = {k: v for k, v in case.init.items() if k != "state"}
+    module = build_module(cls, replace(case, init=init))
+    groups: dict = {}
+    tensors = list(module.named_parameters(remove_duplicate=False))
+    if case.init.get("buffers"):
+        tensors += list(module.named_buffers(remove_duplicate=False))
+    for name, p in tensors:
+        groups.setdefault(id(p), [[], list(p.shape)])[0].append(name)
+    return sorted([sorted(names), shape] for names, shape in groups.values())
+
+
+def layout_judge(what: str, expected: dict, hints: dict):
+    """Judge the parameter list against ``expected`` ({name: shape}); ``hints`` name the usual slips."""
+
+    def judge(got) -> str | None:
+        try:
+            mine = {}
+            for names, shape in got:  # a parameter reachable under several names counts once, by the given name
+                names = [names] if isinstance(names, str) else [str(n) for n in names]
+                mine[next((n for n in names if n in expected), names[0])] = [int(n) for n in shape]
+        except (TypeError, ValueError, StopIteration, IndexError):
+            return "the module's parameters could not be listed."
+        where = f"{what} has parameters {sorted(mine)}"
+        has_bias = any(n.endswith(".bias") for n in mine)
+        wants_bias = any(n.endswith(".bias") for n in expected)
+        if has_bias and not wants_bias:
+            return f"{where}. Likely mistake: {hints['bias']}"
+        if wants_bias and not has_bias and set(n.replace('.bias', '.weight') for n in expected) <= set(mine):
+            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {hints['no_bias']}"
+        if set(mine) != set(expected):
+            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {hints['names']}"
+        for name, shape in expected.items():
+            if mine[name] != list(shape):
+                return f"{name} has shape {tuple(mine[name])}, expected {tuple(shape)}. Likely mistake: {hints['shapes']}"
+        return None
+
+    return judge
+
+
 def load_state_strict(module: nn.Module, state: dict, name: str, parameters_only: bool = False) -> None:
     """Copy the reference's parameters into the learner's module by the names the exercise gives.
 
