@@ -20,9 +20,9 @@ MAX_OUTPUT_CHARS = 10_000
 WARM_UP_SECONDS = 300  # the warm-up's own limit: never the cell limit, so it is never interrupted
 WARM_UP = """# grader warm-up
 import torch, utils.checks
-from utils._clock import defer_interrupts_during_imports as _defer
-get_ipython().events.register("pre_run_cell", lambda *_: _defer())
-del _defer
+from utils._clock import defer_interrupts_during_imports
+get_ipython().events.register("pre_run_cell", lambda *_, _defer=defer_interrupts_during_imports: _defer())
+del defer_interrupts_during_imports
 """
 
 
