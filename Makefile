@@ -13,7 +13,7 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/grader
 # The course's nbconvert template override (formgrader loads MathJax from the course's own server).
 export JUPYTER_PATH := $(CURDIR)/grader/jupyter
 export PATH := $(CURDIR)/$(BIN):$(PATH)
-SUBMISSIONS ?= grader/work/submissions
+SUBMISSIONS ?= grader/work/submitted
 REPORTS ?= reports
 FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888

@@ -91,7 +91,7 @@ class Gradients(Rule):
                      "tensors rather than editing in place a tensor autograd needs.")
 
     def prompt(self, contract):
-        return (f"**Gradients:** later code trains through it, so the check compares the gradients of a random "
+        return (f"**Gradients:** the check also compares the gradients of a random "
                 f"loss in float64, for {self.of}, including at large magnitudes (|scores| past exp's range). "
                 "Build new tensors (`torch.where`, `masked_fill`) rather than editing in place a tensor autograd "
                 "needs, and keep every step visible to autograd.")
