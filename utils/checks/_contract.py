@@ -136,7 +136,7 @@ class Dropout(Rule):
         p = self.name
         mode = "" if self.arg else " in training mode only (`model.train()`; `model.eval()` turns it off)"
         return (f"**Dropout:** `{p}` is the probability of *dropping* (zeroing) {self.on}{mode} — not of keeping "
-                f"it — and every kept value is multiplied by exactly $1/(1-{p})$ (what `F.dropout` and `nn.Dropout` "
+                f"it — and every kept value is multiplied by exactly `1/(1 - {p})` (what `F.dropout` and `nn.Dropout` "
                 f"do). The check runs `{p}` = 0, {' and '.join(f'{x:g}' for x in self.ps)}: the share dropped must be "
                 f"within statistical bounds of `{p}`, and the kept values exactly rescaled.")
 
