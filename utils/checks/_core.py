@@ -44,7 +44,7 @@ from ._model import (DEFAULT_SECONDS, Case, CheckFailure, Exercise, Mutant, Vari
                      generator, load_state_strict, loss_weights, randn, random_padding_mask, reseed, rng,
                      run_function, run_module, shape_label, tolerance)
 from ._tripwires import *  # noqa: F401,F403
-from ._tripwires import (Budget, BudgetExceeded, Forbidden, WorkCounter, _Limits, _Tripwire,  # noqa: F401
+from ._tripwires import (Budget, BudgetExceeded, Forbidden, WorkCounter, _Limits, _Tripwire, _alarm,  # noqa: F401
                          largest_tensor, learner_code, patched_entry, warm_up)
 
 
