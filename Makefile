@@ -97,7 +97,9 @@ test-fast: setup .system-checked
 site: setup .system-checked
 	$(BIN)/python tools/build_site.py
 
+# The declarations of utils/checks render each exercise's docstring and rules block first.
 release: setup
+	$(BIN)/python tools/render_contracts.py --write
 	$(BIN)/python -m grader release
 
 autograde: setup .sandbox-checked

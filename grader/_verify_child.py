@@ -309,7 +309,7 @@ def lock_down(ex, union: list):
     from torch._ops import OpOverload, OpOverloadPacket
 
     from utils.checks import EXERCISES, _forbid
-    from utils.checks._core import Forbidden, _alarm, _learner_depth, _Tripwire
+    from utils.checks._core import Forbidden, WorkCounter, _alarm, _learner_depth, _Tripwire
 
     own = list(ex.forbidden)
     others = [g for g in union if all(g is not o for o in own)]
@@ -370,13 +370,16 @@ def lock_down(ex, union: list):
 
     # 4. The budget's tripwires, captured now: rebinding the checks' module attributes later
     # changes nothing here. (Forbidden calls no longer depend on them: step 1.)
-    tripwire, alarm, depth = _Tripwire, _alarm, _learner_depth
+    tripwire, alarm, depth, counter = _Tripwire, _alarm, _learner_depth, WorkCounter
 
     @contextlib.contextmanager
     def call_guard(budget):
         depth.n = getattr(depth, "n", 0) + 1
+        # the work a rule is about (e.g. scores computed), counted as the visible check counts it
+        work = (counter(budget.work, budget.why) if budget is not None and budget.work is not None
+                else contextlib.nullcontext())
         try:
-            with tripwire((), budget), alarm(budget.seconds if budget is not None else None):
+            with work, tripwire((), budget), alarm(budget.seconds if budget is not None else None):
                 yield
         finally:
             depth.n -= 1
