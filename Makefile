@@ -84,10 +84,10 @@ NBVAL := --nbval --nbval-sanitize-with grader/nbval_sanitize.cfg --nbval-current
 # One pytest run: the tests of utils and the grader, every solution notebook under nbval, and every
 # chapter run with other correct answers and as released, on TEST_WORKERS pytest-xdist workers
 # (conftest.py: each module, notebook and chapter run stays on one worker; longest first). Three workers on 2 cores: much of a worker's time is a kernel's start-up and
-# a sandbox's waiting. TEST_WORKERS=0 runs everything in this one process.
+# a sandbox's waiting. TEST_WORKERS=0 runs everything in this one process. --durations: where the time goes.
 TEST_WORKERS ?= 3
 test: setup .system-checked
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope tests solutions $(NBVAL)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=15 tests solutions $(NBVAL)
 
 test-fast: setup .system-checked
 	$(BIN)/python -m pytest -q tests -m "not slow"
