@@ -58,6 +58,12 @@ def _online_softmax_cases(seed: int) -> list:
         x=torch.tensor([[-200.0, -201.0, -199.0, -202.0], [-150.0, -151.5, -149.0, -150.2]]))
     add("all far below 0, several blocks, float64 (around -800)", None, 3,
         x=-800.0 + randn(2, 7, gen=g, dtype=torch.float64))
+    # chapter 04's fill value: a row of -1e9 everywhere is ordinary (its softmax is uniform), and a
+    # running max that starts at a finite "very negative" number (-1e4) stays above it: zeros
+    x = randn(2, 9, gen=g)
+    x[0] = -1e9
+    x[1, :5] = -1e9
+    add("masked with -1e9 (chapter 04's fill value): one row entirely, one row's first blocks", None, 3, x=x)
     for i in range(4):  # random shapes, odd sizes included
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         n = r.randint(2, 17)
@@ -104,6 +110,10 @@ def _os_max_starts_at_zero(x, block_size):
     return _online_variant(x, block_size, zero_rows=True, m0=0.0)
 
 
+def _os_max_starts_finite(x, block_size):
+    return _online_variant(x, block_size, zero_rows=True, m0=-1e4)
+
+
 def _os_no_max(x, block_size):
     return _online_variant(x, block_size, subtract_max=False)
 
@@ -142,6 +152,10 @@ MAX_FROM_ZERO = ("the running max started at 0 instead of -inf: for a row whose 
                  "(around -200) m stays 0, every exp(x - m) underflows to 0 and the row comes out as zeros (or NaN); "
                  "start from m = -inf, so that m is the largest score actually seen.")
 
+MAX_FROM_FINITE = ("the running max started at a finite number instead of -inf: a row whose scores are all below "
+                   "it (chapter 04 fills masked scores with -1e9) keeps m at that number, every exp(x - m) underflows "
+                   "to 0 and the row comes out as zeros; start from m = -inf.")
+
 ONLINE_SOFTMAX_MUTANTS = [
     Mutant("no_rescale_of_running_sum",
            "the running sum l was not rescaled when the max grew: multiply the old l by exp(m_old - m_new) before adding the new block's exp(x - m_new).",
@@ -163,6 +177,7 @@ ONLINE_SOFTMAX_MUTANTS = [
            _os_softmax_per_block),
     Mutant("nan_on_leading_minus_inf_block", NAN_LEADING, _os_nan_leading_block),
     Mutant("running_max_starts_at_zero", MAX_FROM_ZERO, _os_max_starts_at_zero),
+    Mutant("running_max_starts_finite", MAX_FROM_FINITE, _os_max_starts_finite),
     Mutant("nan_on_all_minus_inf_row", NAN_EMPTY_ROW, _os_nan_empty_row),
 ]
 
