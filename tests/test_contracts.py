@@ -162,3 +162,37 @@ def test_the_grader_path_enforces_the_guards(name, mutant):
         from utils.checks._core import expected_output
 
         assert judge_case(ex, case, expected_output(ex, case, i), got) is None, case.label
+
+
+def test_a_signature_default_is_part_of_the_contract():
+    """The core leaves each defaulted argument out once (``_adversarial.defaults_cases``): an answer
+    whose own default differs (``softmax(x, dim=0)``, ``FeedForward(..., dropout=1.0)``) is compared
+    with the reference called the same way, and fails on that case."""
+    import torch.nn as nn
+
+    from utils._guard import unguarded
+    from utils.checks import CheckFailure
+    from utils.checks._core import run_check
+    from utils.reference import _ch00, _ch06
+
+    softmax = unguarded(_ch00.softmax)
+
+    def softmax_dim0(x, dim=0):
+        return softmax(x, dim)
+
+    with pytest.raises(CheckFailure, match="dim left out"):
+        run_check(EXERCISES["softmax"], softmax_dim0, quiet=True)
+
+    base = unguarded(_ch06.FeedForward)
+
+    class DropAllByDefault(base):
+        def __init__(self, d_model, d_ff, dropout=1.0):
+            super().__init__(d_model, d_ff, dropout)
+
+    assert issubclass(DropAllByDefault, nn.Module)
+    with pytest.raises(CheckFailure, match="dropout left out"):
+        run_check(EXERCISES["FeedForward"], DropAllByDefault, quiet=True)
+    names = {n for n, ex in EXERCISES.items() if any("left out (the signature's default)" in c.label
+                                                       for c in ex.make_cases(ex.default_seed))}
+    assert {"softmax", "logsumexp", "scaled_dot_product_attention", "MultiHeadAttention", "FeedForward",
+            "rope_angles", "sliding_window_attention"} <= names, names

@@ -20,6 +20,8 @@ that has what it needs, with no reference (the grader rebuilds the cases where t
 """
 from __future__ import annotations
 
+import inspect
+
 import math
 from dataclasses import replace
 
@@ -449,6 +451,65 @@ def budget_cases(exercise, rule) -> list:
     return cases
 
 
+def _same_default(value, default) -> bool:
+    """``value`` is the parameter's default itself (a plain Python value, not a tensor)."""
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    plain = (int, float, str, type(None))
+    return isinstance(value, plain) and isinstance(default, plain) and value == default
+
+
+def defaults_cases(exercise, own: list) -> list:
+    """The contract's signature includes its defaults (``softmax(x, dim=-1)``, ``dropout=0.0``): for
+    every defaulted parameter that a case passes at its default value, one more case leaves it out,
+    so that an answer whose own default differs (``dim=0``, ``dropout=1.0``) is compared with the
+    reference called the same way. Function and module exercises (a module's constructor
+    arguments); exercises with their own runner call their code in their own way and are skipped."""
+    if exercise.run is not None:
+        return []
+    ref = getattr(exercise.reference, "__wrapped__", exercise.reference)
+    try:
+        sig = inspect.signature(ref.__init__ if exercise.kind == "class" else ref)
+    except (TypeError, ValueError):
+        return []
+    params = [p for p in sig.parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if exercise.kind == "class":
+        params = params[1:]  # self
+    defaulted = {p.name: p.default for p in params if p.default is not p.empty}
+    out, covered = [], set()
+    for case in own:
+        if case.judge is not None or case.grad or case.budget is not None or (case.run is not None and exercise.kind != "class"):
+            continue
+        if exercise.kind == "class":
+            args, kwargs = tuple(case.init.get("ctor", ())), dict(case.init.get("ctor_kwargs", {}))
+        else:
+            args, kwargs = tuple(case.args), dict(case.kwargs)
+        if len(args) > len(params):
+            continue
+        args, omitted = list(args), []
+        while args and params[len(args) - 1].name in defaulted and \
+                _same_default(args[-1], defaulted[params[len(args) - 1].name]):
+            omitted.append(params[len(args) - 1].name)
+            args.pop()
+        for name in list(kwargs):
+            if name in defaulted and _same_default(kwargs[name], defaulted[name]):
+                omitted.append(name)
+                del kwargs[name]
+        if not set(omitted) - covered:
+            continue
+        covered |= set(omitted)
+        if exercise.kind == "class":
+            new = replace(case, init={**case.init, "ctor": tuple(args), "ctor_kwargs": kwargs})
+        else:
+            new = replace(case, args=tuple(args), kwargs=kwargs)
+        what = ", ".join(sorted(omitted))
+        out.append(replace(new, label=f"{what} left out (the signature's default): {case.label}"))
+        if covered == set(defaulted):
+            break
+    return out
+
+
 def declared_cases(exercise, own: list, seed: int) -> list:
     from ._guards import dropout_cases
 
@@ -458,6 +519,8 @@ def declared_cases(exercise, own: list, seed: int) -> list:
         cases += dropout_cases(exercise, seed)
     for rule in c.budgets:
         cases += budget_cases(exercise, rule)
+    if "defaults" not in _DISABLED:
+        cases += defaults_cases(exercise, cases)
     again = AGAIN_CASES if c.stateless and "again" not in _DISABLED else 0
     out = []
     for case in cases:

@@ -231,6 +231,22 @@ class Stateless(Rule):
                 "one call to the next (on the function, the module or a default argument).")
 
 
+@dataclass
+class Defaults(Rule):
+    """The signature's defaults are part of the contract: each defaulted argument that a case passes
+    at its default is also left out once, and compared with the reference called the same way."""
+
+    enforcer = "_adversarial.defaults_cases"
+
+    def doc(self, contract):
+        return ""  # the signature in the docstring states the defaults
+
+    def prompt(self, contract):
+        return ("**Defaults:** a default value in the signature is part of the contract: the check also calls "
+                "your code with defaulted arguments left out (e.g. `dim`, `dropout`), and compares with the "
+                "reference called the same way.")
+
+
 # The adversarial kinds the core derives from the arguments' kinds (``_adversarial.KINDS``).
 ADVERSARIAL_TEXT = {
     "large": "magnitudes past exp's range (|scores| ≈ 10³ in float32, past 709 in float64)",
@@ -261,7 +277,7 @@ class Adversarial(Rule):
                 + ". Each is a valid input of the contract above.")
 
 
-ENFORCERS = {kind: kind.enforcer for kind in (Forbid, Gradients, Dropout, Cost, Pure, SameDtype, Stateless,
+ENFORCERS = {kind: kind.enforcer for kind in (Forbid, Gradients, Dropout, Cost, Pure, SameDtype, Stateless, Defaults,
                                               Adversarial)}
 
 
@@ -307,6 +323,7 @@ class Contract:
             out.append(SameDtype())
         if self.stateless:
             out.append(Stateless())
+        out.append(Defaults())
         if self.adversarial:
             out.append(Adversarial(tuple(self.adversarial)))
         return out
