@@ -54,7 +54,22 @@ class LockDemoCells(NbGraderPreprocessor):
         return cell, resources
 
 
-c.GenerateAssignment.preprocessors = [LockDemoCells, *GenerateAssignment.class_traits()["preprocessors"].default()]
+class QuizAnswersNeedNoStub(NbGraderPreprocessor):
+    """A self-check answer cell is ``answer_k = None`` in the release: setting the answer is all it
+    takes, so nbgrader's code stub (``raise NotImplementedError()``) is taken out of it again."""
+
+    def preprocess_cell(self, cell, resources, index):
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if cell.cell_type == "code" and gid.startswith("quiz_"):
+            stub = c.ClearSolutions.code_stub["python"].splitlines()
+            lines = [ln for ln in cell.source.splitlines() if ln.strip() not in {s.strip() for s in stub}]
+            cell.source = "\n".join(lines).rstrip()
+        return cell, resources
+
+
+_DEFAULT = GenerateAssignment.class_traits()["preprocessors"].default()
+_AFTER = next(i for i, p in enumerate(_DEFAULT) if p.__name__ == "ClearSolutions") + 1
+c.GenerateAssignment.preprocessors = [LockDemoCells, *_DEFAULT[:_AFTER], QuizAnswersNeedNoStub, *_DEFAULT[_AFTER:]]
 
 # nbgrader's own autograde (formgrader's ⚡ "Autograde" button beside every submission, and
 # `nbgrader autograde` run by hand) would execute learner code in the instructor's own Jupyter
@@ -75,3 +90,22 @@ class RefuseUnsandboxedAutograde(_Preprocessor):
 
 
 c.Autograde.autograde_preprocessors = [RefuseUnsandboxedAutograde]
+
+# The hand-graded derivations' model answer and rubric are shown to the instructor in formgrader,
+# beside each submission's answer (grader/rubric.py puts them in the autograded copy after
+# scoring, as cells marked "attention_course_rubric" in their metadata). Feedback never shows
+# them: formgrader's own "Generate feedback" runs these preprocessors (and `make feedback` the
+# same ones, grader/pipeline.py). The hidden tests are cleared from feedback too.
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
+
+RUBRIC_MARK = "attention_course_rubric"  # grader/rubric.py's MARK (tests/test_grading_design.py checks they agree)
+
+
+class RemoveRubric(_Preprocessor):
+    def preprocess(self, nb, resources):
+        nb.cells = [cell for cell in nb.cells if RUBRIC_MARK not in (cell.get("metadata") or {})]
+        return nb, resources
+
+
+c.GenerateFeedback.preprocessors = [RemoveRubric, GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]

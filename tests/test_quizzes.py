@@ -143,3 +143,7 @@ def test_release_leaves_unanswered_questions_defined(assignment):
             first = next(line for line in src.splitlines() if line.strip() and not line.lstrip().startswith("#"))
             assert re.fullmatch(rf"answer_{gid[5:]}\s*=\s*None\b.*", first), (
                 f"{assignment} {gid}: the release's answer cell should start with answer_{gid[5:]} = None, got {first!r}")
+            # Setting the answer is all it takes (issue 26 §4): the release's answer cell runs as it is.
+            assert "raise" not in src and "NotImplementedError" not in src, (
+                f"{assignment} {gid}: the release's answer cell raises; it should only hold answer_{gid[5:]} = None")
+            exec(compile(src, f"{assignment} {gid}", "exec"), {})
