@@ -19,7 +19,7 @@ FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-fast release autograde feedback export samples benchmark site clean help
+.PHONY: setup lab test test-fast release autograde feedback export samples benchmark mutants site clean help
 
 help:
 	@echo "make lab        set up and open JupyterLab on the course"
@@ -30,6 +30,7 @@ help:
 	@echo "make feedback   per-student HTML feedback (after autograde)"
 	@echo "make export ROSTER=<canvas.csv>   grades for Canvas (canvas.csv) and any LMS (grades_wide.csv) in REPORTS"
 	@echo "make benchmark  time the notebooks, the checks and grading; writes $(REPORTS)/benchmark.md and .json"
+	@echo "make mutants    machine-made mutants of every reference through its check; writes tools/mutation/report.md and .json"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11 is needed (python3.11 or python3 on PATH)"; exit 1; }
@@ -119,6 +120,14 @@ export: setup
 
 benchmark: setup .sandbox-checked
 	$(BIN)/python -m grader benchmark --out "$(REPORTS)"
+
+# Every one-place mutant of every reference (tools/mutate.py) through its check, in MUTANT_JOBS
+# sandboxed worker processes with MUTANT_TIMEOUT seconds per mutant: per exercise killed, survived,
+# equivalent (tools/mutants_equivalent.toml) and the kill rate, the messages' figure, every survivor.
+MUTANT_JOBS ?= 2
+MUTANT_TIMEOUT ?= 120
+mutants: setup
+	$(BIN)/python tools/mutate.py --jobs $(MUTANT_JOBS) --timeout $(MUTANT_TIMEOUT)
 
 samples: setup
 	$(BIN)/python -m grader samples --out grader/work/samples
