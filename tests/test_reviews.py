@@ -16,7 +16,20 @@ import review  # noqa: E402
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").exists())
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+# Chapters whose outside review has not been written yet (issue 26 §6 stays open until this list is
+# empty). The list only shrinks: a chapter listed here that has a review file fails below, so that
+# its review is then held to the chapter like every other.
+PENDING = (ROOT / "reviews" / "PENDING").read_text().split() if (ROOT / "reviews" / "PENDING").exists() else []
+
+
+def test_pending_names_chapters_without_a_review():
+    unknown = [a for a in PENDING if a not in ASSIGNMENTS]
+    assert not unknown, f"reviews/PENDING names no chapter: {unknown}"
+    reviewed = [a for a in PENDING if (review.REVIEWS / f"{a}.md").exists()]
+    assert not reviewed, f"these chapters have a review now: remove them from reviews/PENDING: {reviewed}"
+
+
+@pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if a not in PENDING])
 def test_the_chapter_has_a_current_complete_review(assignment):
     problems = review.problems(assignment)
     assert not problems, "\n".join(problems[:40]) + (f"\n... and {len(problems) - 40} more" if len(problems) > 40 else "")
