@@ -13,7 +13,7 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/grader
 # The course's nbconvert template override (formgrader loads MathJax from the course's own server).
 export JUPYTER_PATH := $(CURDIR)/grader/jupyter
 export PATH := $(CURDIR)/$(BIN):$(PATH)
-SUBMISSIONS ?= grader/work/submissions
+SUBMISSIONS ?= grader/work/submitted
 REPORTS ?= reports
 FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888
@@ -97,7 +97,9 @@ test-fast: setup .system-checked
 site: setup .system-checked
 	$(BIN)/python tools/build_site.py
 
+# The declarations of utils/checks render each exercise's docstring and rules block first.
 release: setup
+	$(BIN)/python tools/render_contracts.py --write
 	$(BIN)/python -m grader release
 
 autograde: setup .sandbox-checked

@@ -1,6 +1,13 @@
 """Execute one notebook, cell by cell. Runs INSIDE the sandbox (copied into its scratch folder).
 
-Usage: python _execute.py IN.ipynb OUT.ipynb CELL_TIMEOUT
+Usage: python _execute.py IN.ipynb OUT.ipynb CELL_TIMEOUT [RENDER.json RENDERED.json]
+
+Before anything runs, the learner's Markdown cells listed in RENDER.json (their indices) are
+rendered to HTML by nbconvert's own Markdown renderer, here, under the sandbox's limits, and
+written to RENDERED.json ({index: html}); a ``text/markdown`` output of a cell is rendered the same
+way into a ``text/html`` beside it. Rendering untrusted Markdown is work whose cost the learner
+controls: the grader's own process only sanitises the HTML that comes back (with a linear,
+size-bounded allow-list sanitiser), and never parses learner Markdown itself.
 
 Every code cell ends with either its real outputs or a synthetic error saying why it did not run
 (time limit, the kernel died, ...): a grade cell must never be left without outputs, because
@@ -17,12 +24,13 @@ from nbclient import NotebookClient  # noqa: E402
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 MAX_OUTPUT_CHARS = 10_000
+MAX_MARKDOWN_CHARS = 200_000
 WARM_UP_SECONDS = 300  # the warm-up's own limit: never the cell limit, so it is never interrupted
 WARM_UP = """# grader warm-up
 import torch, utils.checks
-from utils._clock import defer_interrupts_during_imports
-get_ipython().events.register("pre_run_cell", lambda *_, _defer=defer_interrupts_during_imports: _defer())
-del defer_interrupts_during_imports
+from utils._clock import defer_interrupts_during_imports as _defer
+get_ipython().events.register("pre_run_cell", lambda *_, _defer=_defer: _defer())
+del _defer
 """
 
 
@@ -30,8 +38,40 @@ def error_output(ename, evalue):
     return nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
 
+def render_markdown(text: str) -> str:
+    """Markdown to HTML as nbconvert renders it in formgrader and the feedback (mistune, with
+    its math kept for MathJax)."""
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    return markdown2html_mistune(text)
+
+
+def render_cells(nb, render_path: str, out_path: str) -> None:
+    import json
+
+    with open(render_path, encoding="utf-8") as f:
+        wanted = json.load(f)
+    rendered = {}
+    for i in wanted:
+        cell = nb.cells[i] if isinstance(i, int) and 0 <= i < len(nb.cells) else None
+        if cell is not None and cell.cell_type == "markdown":
+            try:
+                rendered[str(i)] = render_markdown(cell.source)
+            except Exception:  # noqa: BLE001 - the grader shows this cell as plain text
+                pass
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(rendered, f)
+
+
 def truncate(cell):
     for out in cell.get("outputs", []):
+        data = out.get("data", {})
+        if "text/markdown" in data and "text/html" not in data:
+            try:
+                text = "".join(data["text/markdown"])
+                data["text/html"] = render_markdown(text[:MAX_MARKDOWN_CHARS])
+            except Exception:  # noqa: BLE001 - shown as text
+                pass
         if out.get("output_type") == "stream":
             text = out.get("text", "")
             if len(text) > MAX_OUTPUT_CHARS:
@@ -44,8 +84,10 @@ def truncate(cell):
             out["traceback"] = [line[:MAX_OUTPUT_CHARS] for line in out.get("traceback", [])[-40:]]
 
 
-def main(src, dst, cell_timeout):
+def main(src, dst, cell_timeout, render=None, rendered=None):
     nb = nbformat.read(src, as_version=4)
+    if render and rendered:
+        render_cells(nb, render, rendered)
     # shutdown_kernel="immediate": the kernel is killed at the end rather than asked to exit
     # (a graceful shutdown waits about 1.5 s for nothing: the sandbox is thrown away).
     client = NotebookClient(nb, timeout=cell_timeout, allow_errors=True, interrupt_on_timeout=True,
@@ -98,4 +140,4 @@ def main(src, dst, cell_timeout):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:6])

@@ -85,11 +85,22 @@ NBGRADER_MAIN = ("import sys; sys.modules.setdefault('rfc3987_syntax', None); sy
                  "from nbgrader.apps.nbgraderapp import main; sys.exit(main())")
 
 
+def config_path(first: str | None = None) -> str:
+    """JUPYTER_CONFIG_PATH for nbgrader: ``first`` (the grader's own settings for one command,
+    which win), then the folders the instructor's environment names (their own nbgraderc settings,
+    e.g. ``LateSubmissionPlugin.penalty_method``), then the course's grader/nbgrader_config.py."""
+    given = [p for p in os.environ.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep)
+             if p and Path(p).resolve() != GRADER.resolve()]
+    return os.pathsep.join(([first] if first else []) + given + [str(GRADER)])
+
+
 def nbgrader(*args: str, db: str | None = None, root: Path = ROOT, check: bool = True,
-             extra_env: dict | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
-    """Run one nbgrader command on the course (config from grader/nbgrader_config.py)."""
+             extra_env: dict | None = None, timeout: float | None = None,
+             config: str | None = None) -> subprocess.CompletedProcess:
+    """Run one nbgrader command on the course (config from grader/nbgrader_config.py, after the
+    instructor's own configuration folders and ``config``, a folder of settings for this command)."""
     env = dict(os.environ)
-    env["JUPYTER_CONFIG_PATH"] = str(GRADER)
+    env["JUPYTER_CONFIG_PATH"] = config_path(config)
     env["GRADEBOOK_URL"] = db or db_url()
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
     env.update(extra_env or {})

@@ -13,9 +13,16 @@ Writes, into ``--out``:
 - ``unmatched.csv``: graded students that the roster does not list (also named on stderr): never
   dropped silently.
 
-A roster student with no submission of a chapter gets an empty cell (``--missing empty``, the
-default: Canvas leaves an empty cell's grade as it is) or 0 (``--missing zero``). No cell starts
-like a spreadsheet formula.
+- ``pending.csv``: every student and chapter whose grade still waits for hand grading (a
+  derivation nbgrader marks ``needs_manual_grade``), with the parts that wait (also named on
+  stderr). Such a chapter's cell is left **empty** in canvas.csv and grades_wide.csv until the
+  instructor has graded it in formgrader: an LMS never gets a partial grade as if it were final.
+
+A chapter's points are nbgrader's score after its late penalty (``LateSubmissionPlugin``), as
+nbgrader's own export computes them. A roster student with no submission of a chapter gets an
+empty cell (``--missing empty``, the default: Canvas leaves an empty cell's grade as it is) or 0
+(``--missing zero``). The total of a row is the sum of the cells it shows (empty when it shows no
+number). No cell starts like a spreadsheet formula.
 """
 from __future__ import annotations
 
@@ -60,9 +67,11 @@ def read_roster(path: Path) -> list[dict]:
         return rows
 
 
-def gradebook_scores(db_url: str | None = None) -> tuple[list, dict]:
+def gradebook_scores(db_url: str | None = None, pending: dict | None = None) -> tuple[list, dict]:
     """([(assignment, max points)], {student_id: {assignment: points}}) from nbgrader's gradebook,
-    manual grades included."""
+    manual grades included, late penalties taken off. A submission with a part that still needs
+    hand grading is left out of the scores and put in ``pending`` ({student_id: {assignment:
+    [the parts that wait]}}) when it is given."""
     from nbgrader.api import Gradebook, MissingEntry
 
     scores: dict = {}
@@ -74,7 +83,12 @@ def gradebook_scores(db_url: str | None = None) -> tuple[list, dict]:
                     sub = gb.find_submission(name, student.id)
                 except MissingEntry:
                     continue
-                scores.setdefault(student.id, {})[name] = _num(sub.score)
+                waiting = sorted(g.name for nb in sub.notebooks for g in nb.grades if g.needs_manual_grade)
+                if waiting:
+                    if pending is not None:
+                        pending.setdefault(student.id, {})[name] = waiting
+                    continue
+                scores.setdefault(student.id, {})[name] = _num((sub.score or 0) - (sub.late_submission_penalty or 0))
     return assignments, scores
 
 
@@ -92,11 +106,22 @@ def export(out: Path, roster: Path | None = None, match: str = "sis_login", miss
     if missing not in ("empty", "zero"):
         raise ValueError(f"--missing must be 'empty' or 'zero'; got {missing!r}")
     out.mkdir(parents=True, exist_ok=True)
-    assignments, scores = gradebook_scores(db_url)
+    pending: dict = {}
+    assignments, scores = gradebook_scores(db_url, pending)
     titles = [chapter_title(a) for a, _ in assignments]
-    summary = {"assignments": len(assignments), "graded_students": len(scores), "files": []}
+    summary = {"assignments": len(assignments), "graded_students": len(set(scores) | set(pending)), "files": [],
+               "pending": {s: dict(p) for s, p in pending.items()}}
 
-    students = sorted(scores)
+    def cell(student: str, assignment: str):
+        if assignment in pending.get(student, {}):
+            return ""  # waits for hand grading: no grade yet, whatever MISSING says
+        return _cell(scores.get(student, {}).get(assignment), missing)
+
+    def total(cells: list):
+        numbers = [c for c in cells if c != ""]
+        return _num(sum(numbers)) if numbers else ""
+
+    students = sorted(set(scores) | set(pending))
     roster_rows = read_roster(roster) if roster else []
     key = MATCH[match]
     on_roster = {r[key] for r in roster_rows if r[key]}
@@ -107,30 +132,45 @@ def export(out: Path, roster: Path | None = None, match: str = "sis_login", miss
             w.writerow(list(ROSTER_COLUMNS) + titles)
             w.writerow([POINTS_POSSIBLE, "", "", "", ""] + [m for _, m in assignments])
             for r in roster_rows:
-                mine = scores.get(r[key], {}) if r[key] else {}
-                row = [r[c] for c in ROSTER_COLUMNS] + [_cell(mine.get(a), missing) for a, _ in assignments]
+                row = [r[c] for c in ROSTER_COLUMNS] + [
+                    cell(r[key], a) if r[key] else _cell(None, missing) for a, _ in assignments]
                 w.writerow([cell_safe(v) for v in row])
         summary["files"].append("canvas.csv")
         summary["roster_students"] = len(roster_rows)
-        summary["roster_without_submission"] = sum(1 for r in roster_rows if r[key] not in scores)
+        summary["roster_without_submission"] = sum(1 for r in roster_rows if r[key] not in scores and r[key] not in pending)
 
     with open(out / "grades_wide.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["student_id"] + titles + ["total"])
         w.writerow([POINTS_POSSIBLE] + [m for _, m in assignments] + [_num(sum(m for _, m in assignments))])
         for s in students:
-            mine = scores.get(s, {})
-            cells = [_cell(mine.get(a), missing) for a, _ in assignments]
-            total = _num(sum(v for v in mine.values()))
-            w.writerow([cell_safe(v) for v in [s] + cells + [total]])
+            cells = [cell(s, a) for a, _ in assignments]
+            w.writerow([cell_safe(v) for v in [s] + cells + [total(cells)]])
     summary["files"].append("grades_wide.csv")
 
-    unmatched = sorted(set(scores) - on_roster) if roster else []
+    with open(out / "pending.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["student_id", "assignment", "waiting_for_hand_grading"])
+        for s in sorted(pending):
+            for a, parts in sorted(pending[s].items()):
+                w.writerow([cell_safe(s), a, cell_safe(" ".join(parts))])
+    summary["files"].append("pending.csv")
+    if pending:
+        n = sum(len(p) for p in pending.values())
+        print(f"warning: {n} chapter grade(s) of {len(pending)} student(s) wait for hand grading in formgrader and "
+              f"were left empty (see {out / 'pending.csv'}):", file=stderr)
+        for s in sorted(pending):
+            for a, parts in sorted(pending[s].items()):
+                print(f"  {s}: {chapter_title(a)} ({', '.join(parts)})", file=stderr)
+
+    graded = set(scores) | set(pending)
+    unmatched = sorted(graded - on_roster) if roster else []
     with open(out / "unmatched.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["student_id", "graded_assignments", "total"])
         for s in unmatched:
-            w.writerow([cell_safe(s), len(scores[s]), _num(sum(scores[s].values()))])
+            mine = scores.get(s, {})
+            w.writerow([cell_safe(s), len(mine) + len(pending.get(s, {})), _num(sum(mine.values()))])
     summary["files"].append("unmatched.csv")
     summary["unmatched"] = unmatched
     for s in unmatched:

@@ -90,3 +90,22 @@ class RefuseUnsandboxedAutograde(_Preprocessor):
 
 
 c.Autograde.autograde_preprocessors = [RefuseUnsandboxedAutograde]
+
+# The hand-graded derivations' model answer and rubric are shown to the instructor in formgrader,
+# beside each submission's answer (grader/rubric.py puts them in the autograded copy after
+# scoring, as cells marked "attention_course_rubric" in their metadata). Feedback never shows
+# them: formgrader's own "Generate feedback" runs these preprocessors (and `make feedback` the
+# same ones, grader/pipeline.py). The hidden tests are cleared from feedback too.
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
+
+RUBRIC_MARK = "attention_course_rubric"  # grader/rubric.py's MARK (tests/test_grading_design.py checks they agree)
+
+
+class RemoveRubric(_Preprocessor):
+    def preprocess(self, nb, resources):
+        nb.cells = [cell for cell in nb.cells if RUBRIC_MARK not in (cell.get("metadata") or {})]
+        return nb, resources
+
+
+c.GenerateFeedback.preprocessors = [RemoveRubric, GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]

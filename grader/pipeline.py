@@ -1,19 +1,31 @@
 """Grade a class: ``autograde(submissions, reports)`` and ``feedback(reports, out)``.
 
-For each student and assignment (``<submissions>/<student>/<assignment>/<assignment>.ipynb``;
-no symbolic link anywhere below ``<submissions>`` is followed: a linked student folder is skipped,
-a linked assignment folder or notebook scores 0 with the reason, ``find_jobs``):
+For each student and assignment (``<submissions>/<student>/<assignment>/<assignment>.ipynb``, the
+layout ``nbgrader collect`` makes in grader/work/submitted; no symbolic link anywhere below
+``<submissions>`` is followed: a linked student folder is skipped, a linked assignment folder or
+notebook scores 0 with the reason, ``find_jobs``):
 
-1. **Restore** (``restore.py``): the learner's answers inside the release's locked cells; tampering
-   and unusable files are reported, never fatal.
+1. **Restore** (``restore.py``): the learner's answers inside the release's locked cells, and
+   nothing else of the learner's but cell sources: their cell metadata is dropped (the release's
+   is restored), raw cells become escaped text, attachments go; tampering and unusable files are
+   reported, never fatal. The input is read, never written: submissions stay as collected.
 2. **Execute** in the sandbox (``sandbox.py`` + ``_execute.py``): limits per cell and per notebook;
-   every test cell ends with real outputs or an error saying why it did not run.
+   every test cell ends with real outputs or an error saying why it did not run. The learner's
+   Markdown is rendered to HTML there too, under the sandbox's limits.
 3. **Verify** (``verify.py``): each exercise again in a fresh sandboxed process on secret inputs,
-   compared by this process with the reference; self-check answers compared as literals.
-4. **Record**: a test cell whose exercise failed verification gets an error output with the
-   reason; then nbgrader's own autograde (execution switched off: the notebook was executed in
-   the sandbox) scores the cells and writes the gradebook, the system of record.
-5. **Report**: ``grades.csv`` and ``exercises.csv`` from the gradebook, with a reason for every lost point.
+   compared by this process with the reference; self-check answers evaluated, never executed.
+4. **Normalise** what the sandbox gave back, before any tool reads it: the executed notebook is
+   read as plain JSON (no schema validation of learner data), outputs are limited to a few safe
+   types and sizes, and every piece of learner HTML (rendered Markdown, HTML outputs) is cleaned by
+   an allow-list sanitiser (``nh3``: a few tags, ``href`` to http(s), # or relative URLs) within a
+   size bound (``neutralise``).
+5. **Record**: a test cell whose exercise failed verification gets an error output with the
+   reason; the notebook, with the submission's ``timestamp.txt`` when it has a valid one, goes to
+   grader/work/restored, and nbgrader's own autograde (execution switched off: the notebook was
+   executed in the sandbox) scores it into the gradebook, the system of record, late penalties
+   included (nbgrader's ``LateSubmissionPlugin``). The hand-graded cells' model answers are then
+   put beside the learner's answers in formgrader's copy (``rubric.py``), never in the feedback.
+6. **Report**: ``grades.csv`` and ``exercises.csv`` from the gradebook, with a reason for every lost point.
 """
 from __future__ import annotations
 
@@ -33,7 +45,7 @@ from pathlib import Path
 import nbformat
 
 from . import course, sandbox, verify
-from .restore import grade_id, is_answer, is_test, load_submission, nbg, restore
+from .restore import escaped_block, grade_id, html_block, is_answer, is_test, load_submission, nbg, restore
 
 CELL_TIMEOUT = int(os.environ.get("GRADER_CELL_TIMEOUT", "30"))
 NOTEBOOK_TIMEOUT = int(os.environ.get("GRADER_NOTEBOOK_TIMEOUT", "60"))
@@ -43,6 +55,12 @@ STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")  # used with fullma
 MAX_NOTEBOOK_BYTES = int(os.environ.get("GRADER_MAX_NOTEBOOK_BYTES", str(8 * 2**20)))
 MAX_CELLS = int(os.environ.get("GRADER_MAX_CELLS", "1000"))
 EXECUTED_CAP = 32 * 2**20
+RENDERED_CAP = 16 * 2**20
+# What nbgrader scores: the restored, normalised notebooks (never the input folder, which may be
+# grader/work/submitted itself, where `nbgrader collect` puts the class's submissions).
+RESTORED = "restored"
+# The folders of the workspace that grading writes: an input folder may not be one of them.
+WRITTEN = (RESTORED, "autograded", "feedback", "scratch", "release")
 
 NO_EXEC_CONFIG = """
 from nbgrader.preprocessors import (DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata,
@@ -58,9 +76,10 @@ c.Autograde.autograde_preprocessors = [IgnorePattern, ClearMetadataPreprocessor,
 FEEDBACK_CONFIG = """
 from nbgrader.preprocessors import GetGrades, ClearHiddenTests
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from grader.rubric import RemoveRubric
 c = get_config()
-# Feedback shows the learner's cells, outputs and scores, never the hidden tests.
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+# Feedback shows the learner's cells, outputs and scores, never the hidden tests, never the rubric.
+c.GenerateFeedback.preprocessors = [RemoveRubric, GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
 c.ClearHiddenTests.begin_test_delimeter = "BEGIN HIDDEN TESTS"
 c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
 """
@@ -74,6 +93,7 @@ class Job:
     notes: list = field(default_factory=list)
     root: Path | None = None  # the submissions folder: nothing is read through a link below it
     problem: str | None = None  # why the submission cannot be graded at all (e.g. a link)
+    timestamp: str | None = None  # from the submission's timestamp.txt (nbgrader collect's), when valid
 
 
 @dataclass
@@ -137,8 +157,34 @@ def find_jobs(submissions: Path, assignments: list[str] | None) -> tuple[list[Jo
                 if len(others) == 1:  # misnamed: grade it, and say so
                     job.path = others[0]
                     job.notes.append(f"the notebook was named {others[0].name} instead of {a}.ipynb; it was graded")
+            if folder.is_dir():
+                job.timestamp, why = submission_timestamp(submissions, sdir.name, a)
+                if why:
+                    job.notes.append(why)
             jobs.append(job)
     return jobs, skipped
+
+
+def submission_timestamp(root: Path, student: str, assignment: str) -> tuple[str | None, str | None]:
+    """The submission's time from ``<student>/<assignment>/timestamp.txt`` (what `nbgrader collect`
+    writes), read without following a link and size-capped, checked and rewritten in one form:
+    ``(timestamp, None)``, ``(None, None)`` when there is none, ``(None, why)`` when it is unusable
+    (then the submission is graded without a time, and the reason says so)."""
+    from nbgrader.utils import parse_utc
+
+    from .sandbox import read_below
+
+    data, why = read_below(root, [student, assignment, "timestamp.txt"], 256)
+    if data is None:
+        return None, None if why == "it was not written" else f"timestamp.txt was not used ({why})"
+    try:
+        text = data.decode("ascii").strip()
+        if not text or len(text) > 64:
+            raise ValueError
+        when = parse_utc(text)
+    except (ValueError, OverflowError, UnicodeDecodeError, TypeError, AttributeError):
+        return None, "timestamp.txt does not hold a time: the submission was graded without one"
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f UTC"), None
 
 
 # ------------------------------------------------------------------------------ one submission
@@ -165,6 +211,7 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
     nb = restored.notebook
     reasons: dict[str, str] = {}
     exec_seconds = 0.0
+    rendered: dict = {}
 
     if restored.problem:
         for cell in nb.cells:
@@ -172,23 +219,27 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
                 cell.outputs = [_error("NotGraded", restored.problem)]
     else:
         t0 = time.monotonic()
-        res = sandbox.run([sys.executable, "_execute.py", "submission.ipynb", "executed.ipynb", str(CELL_TIMEOUT)],
+        res = sandbox.run([sys.executable, "_execute.py", "submission.ipynb", "executed.ipynb", str(CELL_TIMEOUT),
+                           "render.json", "rendered.json"],
                           files={"submission.ipynb": nbformat.writes(for_execution(nb)).encode(),
-                                 "_execute.py": Path(__file__).with_name("_execute.py")},
-                          outputs={"executed.ipynb": EXECUTED_CAP},
+                                 "_execute.py": Path(__file__).with_name("_execute.py"),
+                                 "render.json": json.dumps(learner_markdown(nb)).encode()},
+                          outputs={"executed.ipynb": EXECUTED_CAP, "rendered.json": RENDERED_CAP},
                           limits=sandbox.Limits(wall_seconds=NOTEBOOK_TIMEOUT), expose=[course.ROOT / "utils"],
                           host_dir=scratch)
         exec_seconds = time.monotonic() - t0
-        executed, why_unusable = _read_executed(res.outputs.get("executed.ipynb"), nb)
+        rendered = _read_rendered(res.outputs.get("rendered.json"))
+        executed, why_unusable = _read_executed(res.outputs.get("executed.ipynb"), len(nb.cells))
         why_not_run = "; ".join(res.notes) or "the notebook stopped before this cell ran"
         if why_unusable or res.output_problems.get("executed.ipynb"):
             last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1][:300]
             why_not_run = f"the notebook could not be executed ({why_unusable or res.output_problems['executed.ipynb']}; {last})"
-        for cell, done in zip(nb.cells, executed.cells):
-            if cell.cell_type == "code" and done.get("cell_type") == "code":
-                if done.get("execution_count") is not None or done.get("outputs"):
-                    cell.outputs = _safe_outputs(done.get("outputs", []))
-                    cell.execution_count = done.get("execution_count") if isinstance(done.get("execution_count"), int) else None
+        for cell, done in zip(nb.cells, executed):
+            if cell.cell_type == "code" and done is not None:
+                outputs, count = done
+                if count is not None or outputs:
+                    cell.outputs = _safe_outputs(outputs)
+                    cell.execution_count = count
                 elif is_test(cell):
                     cell.outputs = [_error("NotExecuted", why_not_run)]
         for cell in nb.cells:
@@ -244,7 +295,7 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
                 if key in reasons:
                     reasons[key] += f" ({note})"
 
-    neutralise(nb)
+    neutralise(nb, rendered, learner_content=not restored.problem)
     _store(nb, work, job)
     return Outcome(job.student, job.assignment, reasons, general, time.monotonic() - start, exec_seconds)
 
@@ -294,46 +345,114 @@ def _only_for_plots(node, used: set) -> bool:
 
 
 def _store(nb, work: Path, job: Job) -> None:
-    """The notebook nbgrader scores: replaces whatever an earlier grading left for this student."""
-    dest = work / "submitted" / job.student / job.assignment
+    """The notebook nbgrader scores, in the grader's own folder work/restored (never the input):
+    replaces whatever an earlier grading left there for this student, with the submission's
+    timestamp beside it (nbgrader reads it for the late penalty)."""
+    dest = work / RESTORED / job.student / job.assignment
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
+    problems = structure_problems(nb)
+    if problems:  # never expected (everything here was built by the grader): say so, store the release
+        raise RuntimeError(f"the normalised notebook is not well formed: {problems[0]}")
     nbformat.write(nb, dest / f"{job.assignment}.ipynb")
+    if job.timestamp:
+        (dest / "timestamp.txt").write_text(job.timestamp + "\n")
 
 
-def _read_executed(data: bytes | None, fallback):
-    """The executed notebook the sandbox wrote, or the fallback and why it is unusable."""
+def _read_executed(data: bytes | None, n_cells: int) -> tuple[list, str | None]:
+    """What the sandbox's executed notebook says of each cell: ``[(outputs, execution_count) or
+    None]`` and why it is unusable, if it is. The file is learner-controlled (learner code can
+    write it): it is read as plain JSON (linear), never validated against the notebook schema,
+    and only each code cell's outputs and execution count are taken (``_safe_outputs`` then keeps
+    what is safe of them)."""
     if data is None:
-        return copy.deepcopy(fallback), "it wrote no notebook"
+        return [None] * n_cells, "it wrote no notebook"
     try:
-        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
-        if len(nb.cells) != len(fallback.cells):
-            return copy.deepcopy(fallback), "the executed notebook does not match the submission"
-        return nb, None
-    except Exception:  # noqa: BLE001 - forged or truncated
-        return copy.deepcopy(fallback), "the executed notebook is not a valid notebook"
+        nb = json.loads(data.decode("utf-8"))
+        cells = nb.get("cells") if isinstance(nb, dict) else None
+        if not isinstance(cells, list):
+            raise ValueError
+    except (ValueError, UnicodeDecodeError, RecursionError, MemoryError):
+        return [None] * n_cells, "the executed notebook is not a valid notebook"
+    if len(cells) != n_cells:
+        return [None] * n_cells, "the executed notebook does not match the submission"
+    out = []
+    for cell in cells:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            count = cell.get("execution_count")
+            outputs = cell.get("outputs")
+            out.append((outputs if isinstance(outputs, list) else [], count if type(count) is int and 0 <= count < 2**31 else None))
+        else:
+            out.append(None)
+    return out, None
 
 
-def _safe_outputs(outputs) -> list:
-    """Outputs written by learner code, as plain nbformat outputs (anything odd is dropped)."""
+def _read_rendered(data: bytes | None) -> dict:
+    """{cell index: HTML} the sandbox rendered from the learner's Markdown (learner-controlled:
+    the HTML is sanitised before it is stored, ``neutralise``)."""
+    try:
+        got = json.loads(data.decode("utf-8")) if data else {}
+    except (ValueError, UnicodeDecodeError, RecursionError, MemoryError):
+        return {}
+    if not isinstance(got, dict):
+        return {}
+    return {int(k): v for k, v in got.items() if isinstance(k, str) and k.isdigit() and isinstance(v, str)}
+
+
+def learner_markdown(nb) -> list:
+    """Indices of the Markdown cells whose text is the learner's: every one but the release's locked cells."""
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and (is_answer(c) or not nbg(c).get("locked"))]
+
+
+# What of the learner's outputs is kept, and how much (issue 25 §2): a stream, an error's name and
+# message, and of a display or a result its text, its PNG image, and its HTML after sanitising.
+MAX_STREAM = 20_000
+MAX_ERROR = 4_000
+MAX_TEXT = 20_000
+MAX_PNG = 2 * 2**20
+MAX_OUTPUTS = 100  # per cell
+NOTEBOOK_OUTPUT_BYTES = 8 * 2**20  # all of a notebook's kept outputs together
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+
+
+def _safe_outputs(outputs, budget: list | None = None) -> list:
+    """Outputs written by learner code, as plain nbformat outputs of the kept types and sizes
+    (anything else is dropped; ``budget``: [bytes left for the notebook's outputs])."""
+    budget = budget if budget is not None else [NOTEBOOK_OUTPUT_BYTES]
     safe = []
-    for out in outputs if isinstance(outputs, list) else []:
-        if not isinstance(out, dict):
+    for out in (outputs if isinstance(outputs, list) else [])[:MAX_OUTPUTS]:
+        if not isinstance(out, dict) or budget[0] <= 0:
             continue
         kind = out.get("output_type")
         if kind == "stream":
-            safe.append(nbformat.v4.new_output("stream", name="stderr" if out.get("name") == "stderr" else "stdout",
-                                               text=_text(out.get("text"))[:20_000]))
+            text = _text(out.get("text"))[:MAX_STREAM]
+            new = nbformat.v4.new_output("stream", name="stderr" if out.get("name") == "stderr" else "stdout", text=text)
+            size = len(text)
         elif kind == "error":
-            safe.append(_error(_text(out.get("ename"))[:200], _text(out.get("evalue"))[:4000]))
+            new = _error(_text(out.get("ename"))[:200], _text(out.get("evalue"))[:MAX_ERROR])
+            size = len(new["evalue"]) + 200
         elif kind in ("display_data", "execute_result"):
             data = out.get("data") if isinstance(out.get("data"), dict) else {}
-            keep = {k: v for k, v in data.items() if k in ("text/plain", "text/html", "image/png", "text/markdown")}
-            keep = {k: _text(v)[:2_000_000] for k, v in keep.items()}
-            if kind == "execute_result":
-                safe.append(nbformat.v4.new_output("execute_result", data=keep, execution_count=None))
-            else:
-                safe.append(nbformat.v4.new_output("display_data", data=keep))
+            keep = {}
+            if "text/plain" in data:
+                keep["text/plain"] = _text(data["text/plain"])[:MAX_TEXT]
+            png = _text(data.get("image/png"))
+            if png and len(png) <= MAX_PNG and _BASE64.fullmatch(png):
+                keep["image/png"] = png
+            if "text/html" in data:  # a rendered text/markdown arrives as text/html (_execute.py)
+                keep["text/html"] = _text(data["text/html"])  # sanitised by neutralise
+            if not keep:
+                continue
+            size = sum(len(v) for v in keep.values())
+            new = (nbformat.v4.new_output("execute_result", data=keep, execution_count=None) if kind == "execute_result"
+                   else nbformat.v4.new_output("display_data", data=keep))
+        else:
+            continue
+        budget[0] -= size
+        if budget[0] < 0:
+            safe.append(nbformat.v4.new_output("stream", name="stdout", text="... [further output dropped: too large]\n"))
+            break
+        safe.append(new)
     return safe
 
 
@@ -345,80 +464,114 @@ def _text(value) -> str:
 
 HIDDEN_MARKERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN SOLUTION", "END SOLUTION")
 
+# The allow-list for every piece of learner HTML (issue 25 §2): a few text tags, links with
+# href to http, https, a #fragment or a relative URL, nothing else (no image, no style, no class,
+# no event handler, no SVG or MathML, no form).
+SAFE_TAGS = {"a", "b", "i", "em", "strong", "code", "pre", "p", "br", "ul", "ol", "li", "table", "thead", "tbody",
+             "tr", "th", "td", "span", "div", "sub", "sup", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "hr",
+             "details", "summary", "del", "s", "kbd", "dl", "dt", "dd"}
+SAFE_ATTRIBUTES = {"a": {"href", "title"}}
+SAFE_SCHEMES = {"http", "https"}
+HTML_MAX_CHARS = 200_000  # per field
+HTML_MAX_TAGS = 2_000  # per field: the HTML5 parser's cost grows with the depth of nested blocks
+HTML_NOTEBOOK_TAGS = 20_000  # per notebook, every field together
+# The learner's code as formgrader and the feedback show it (highlighted by pygments, whose cost is
+# linear but up to ~40 µs a character on hostile text): at most this much per cell and per
+# notebook; the rest is cut from what is shown (the grade used the whole cell: it ran before).
+CODE_SHOWN_PER_CELL = 20_000
+CODE_SHOWN_PER_NOTEBOOK = 200_000
 
-def neutralise(nb) -> None:
+
+def sanitise_html(text: str, budget: list | None = None) -> str:
+    """Learner HTML as it may be shown: ``nh3`` with the allow-list above, within bounds. A field
+    larger than HTML_MAX_CHARS or with more tags than HTML_MAX_TAGS (or than the notebook has
+    left, ``budget``) is shown as escaped text instead, so the work is linear in its size."""
+    import html
+
+    import nh3
+
+    tags = text.count("<")
+    if len(text) > HTML_MAX_CHARS or tags > HTML_MAX_TAGS or (budget is not None and tags > budget[0]):
+        cut = text[:20_000]
+        return "<pre>" + html.escape(cut) + ("\n... [truncated]" if len(text) > len(cut) else "") + "</pre>"
+    if budget is not None:
+        budget[0] -= tags
+    return nh3.clean(text, tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES, url_schemes=SAFE_SCHEMES,
+                     link_rel="noopener noreferrer nofollow", strip_comments=True,
+                     clean_content_tags={"script", "style"})
+
+
+def neutralise(nb, rendered: dict | None = None, learner_content: bool = True) -> None:
     """Make the stored notebook safe to show: formgrader and the feedback HTML render it.
 
-    What is finally rendered is what is sanitised (issue 18 §4):
+    What is finally rendered is what is sanitised (issue 25 §2):
 
-    * learner **markdown** (an answer cell, or a ``text/markdown`` output) is rendered as
-      markdown: it keeps no raw HTML at all (every ``<`` is escaped, so no tag, SVG, style or
-      autolink survives), and every link or image destination that is not ``http(s)://`` or a
-      ``#fragment`` (``javascript:``, ``data:``, ``vbscript:``, entities, escapes) becomes ``#``;
-    * learner **HTML** (``text/html`` outputs) is cleaned by bleach (a few tags, ``href`` with
-      http/https only, no style, no event handler) within a bounded amount of work: bleach's cost
-      grows faster than the number of tags, so a field with more than ``HTML_MAX_TAGS`` tags, or
-      any once the notebook's ``HTML_NOTEBOOK_TAGS`` are spent, is shown escaped, as text (linear);
-    * JavaScript, SVG and every other output type are dropped; attachments are dropped;
-      nbgrader's markers typed into a learner's own cell are defused, so they cannot break
-      `make feedback`."""
-    import bleach
-
+    * learner **Markdown** (an answer cell, a cell the learner added or edited) is shown as the HTML
+      the sandbox rendered from it (``_execute.py``, nbconvert's own renderer), sanitised
+      (``sanitise_html``) and stored as one HTML block that the renderer passes through; without a
+      rendering (the notebook was not executed) it is shown as escaped text. Attachments are dropped;
+    * learner **HTML** outputs (a rendered ``text/markdown`` comes as one) are sanitised the same way;
+    * nbgrader's markers typed into a learner's own cell are defused, so they cannot break
+      `make feedback`; the learner's code is shown up to CODE_SHOWN_PER_CELL characters a cell and
+      CODE_SHOWN_PER_NOTEBOOK a notebook (it was executed whole before).
+    Outputs were already reduced to safe types and sizes (``_safe_outputs``).
+    ``learner_content=False``: the notebook is the release itself (an unusable submission)."""
+    rendered = rendered or {}
     budget = [HTML_NOTEBOOK_TAGS]
-    for cell in nb.cells:
-        learner = is_answer(cell) or not nbg(cell)
+    code_budget = CODE_SHOWN_PER_NOTEBOOK
+    markdown = set(learner_markdown(nb)) if learner_content else set()
+    for i, cell in enumerate(nb.cells):
+        learner = is_answer(cell) or not nbg(cell) or i in markdown
         if learner and isinstance(cell.get("source"), str):
             src = cell.source
             for marker in HIDDEN_MARKERS:
                 src = src.replace(marker, marker.replace(" ", "_").lower())
-            if cell.cell_type == "markdown":
-                src = safe_markdown(src)
+            if cell.cell_type == "markdown" and i in markdown:
+                html_text = rendered.get(i)
+                if html_text is not None:
+                    for marker in HIDDEN_MARKERS:
+                        html_text = html_text.replace(marker, marker.replace(" ", "_").lower())
+                    src = html_block(sanitise_html(html_text, budget))
+                else:
+                    src = escaped_block(src)
                 cell.pop("attachments", None)
+            elif cell.cell_type == "code" and learner_content:
+                shown = min(CODE_SHOWN_PER_CELL, max(code_budget, 0))
+                if len(src) > shown:
+                    src = src[:shown] + f"\n# ... [{len(src) - shown} more characters not shown: the grade used the whole cell]"
+                code_budget -= min(len(src), shown)
             cell.source = src
         for out in cell.get("outputs", []):
             data = out.get("data")
             if isinstance(data, dict):
                 for key in list(data):
                     if key == "text/html":
-                        data[key] = _clean_html(bleach, _text(data[key]), budget)
-                    elif key == "text/markdown":
-                        data[key] = safe_markdown(_text(data[key]))
+                        data[key] = sanitise_html(_text(data[key]), budget)
                     elif key not in ("text/plain", "image/png"):
                         del data[key]
 
 
-SAFE_TAGS = {"a", "b", "i", "em", "strong", "code", "pre", "p", "br", "ul", "ol", "li", "table", "thead", "tbody",
-             "tr", "th", "td", "span", "div", "sub", "sup", "h1", "h2", "h3", "h4", "blockquote", "hr"}
-HTML_MAX_TAGS = 1000  # per HTML field: bleach took 0.25 s for 1000 nested tags, 352 s for 20,000
-HTML_NOTEBOOK_TAGS = 5000  # per notebook, all fields together
-
-_SAFE_URL = re.compile(r"(https?://[A-Za-z0-9\-._~/?#\[\]@!$'*+,;=%:]*|#[A-Za-z0-9\-_.:]*)")
-_INLINE_DEST = re.compile(r"(\]\s*\(\s*)(<[^>\n]*>|[^\s)]*)")
-_REF_DEST = re.compile(r"^( {0,3}\[[^\]\n]+\]:\s*)(<[^>\n]*>|\S+)", re.M)
-
-
-def _dest(match) -> str:
-    dest = match.group(2)
-    inner = dest[1:-1] if dest.startswith("<") and dest.endswith(">") else dest
-    return match.group(1) + (dest if _SAFE_URL.fullmatch(inner) else "#")
-
-
-def safe_markdown(text: str) -> str:
-    """Learner markdown as it may be rendered: no raw HTML, links and images to http(s) or #."""
-    text = _REF_DEST.sub(_dest, _INLINE_DEST.sub(_dest, text))
-    return text.replace("<", "&lt;")
-
-
-def _clean_html(bleach, text: str, budget: list | None = None) -> str:
-    import html
-
-    tags = text.count("<")
-    if tags > HTML_MAX_TAGS or (budget is not None and tags > budget[0]) or len(text) > 2_000_000:
-        return "<pre>" + html.escape(text[:200_000]) + ("\n... [output truncated]" if len(text) > 200_000 else "") + "</pre>"
-    if budget is not None:
-        budget[0] -= tags
-    return bleach.clean(text, tags=SAFE_TAGS, attributes={"a": ["href", "title"], "span": ["class"], "div": ["class"]},
-                        protocols={"http", "https"}, strip=False)
+def structure_problems(nb) -> list:
+    """What is wrong with a notebook's structure, in one linear pass (a stand-in for nbformat's
+    schema validation, whose cost on learner-made metadata is not linear): every cell a code,
+    Markdown or raw cell with text source and object metadata, every code cell's outputs of the
+    kinds kept, with text values. Empty when it is well formed."""
+    problems = []
+    if not isinstance(nb.get("cells"), list) or not isinstance(nb.get("metadata"), dict):
+        return ["no list of cells or no metadata"]
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            problems.append(f"cell {i} is not a cell")
+            continue
+        if not isinstance(cell.get("source"), str) or not isinstance(cell.get("metadata"), dict):
+            problems.append(f"cell {i} has no text source or no metadata object")
+        if cell["cell_type"] == "code":
+            for out in cell.get("outputs", []):
+                if not isinstance(out, dict) or out.get("output_type") not in ("stream", "error", "display_data", "execute_result"):
+                    problems.append(f"cell {i} has an output of another kind")
+                elif isinstance(out.get("data"), dict) and not all(isinstance(v, str) for v in out["data"].values()):
+                    problems.append(f"cell {i} has an output whose data is not text")
+    return problems
 
 
 def _error(ename: str, evalue: str):
@@ -448,11 +601,14 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
               progress: bool = True, work: Path | None = None) -> str:
     if not submissions.is_dir():
         raise SystemExit(f"submissions folder {submissions} does not exist (expected <dir>/<student>/<assignment>/<assignment>.ipynb)")
-    # The workspace is the one nbgrader's config names (grader/work/{submitted,autograded,...}), so
+    # The workspace is the one nbgrader's config names (grader/work/{restored,autograded,...}), so
     # formgrader in `make lab` shows these submissions for manual grading. Earlier batches stay.
     work = (work or course.WORK).resolve()
+    overlap = input_overlap(submissions.resolve(), reports.resolve(), work)
+    if overlap:
+        raise SystemExit(overlap)
     shutil.rmtree(work / "scratch", ignore_errors=True)
-    (work / "submitted").mkdir(parents=True, exist_ok=True)
+    (work / RESTORED).mkdir(parents=True, exist_ok=True)
     jobs, skipped = find_jobs(submissions.resolve(), assignments)
     if not jobs:
         raise SystemExit(f"no submissions found in {submissions}")
@@ -484,6 +640,9 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     bar.close()
 
     score(work, outcomes)
+    from .rubric import add_rubrics
+
+    add_rubrics(work, [(o.student, o.assignment) for o in outcomes], solutions)
     rows, ex_rows = export(outcomes, reports)
     total = time.monotonic() - start
     (reports / "timing.json").write_text(json.dumps({
@@ -497,6 +656,27 @@ def autograde(submissions: Path, reports: Path, assignments: list[str] | None = 
     if skipped:
         (reports / "skipped.txt").write_text("\n".join(skipped) + "\n")
     return "\n".join(lines)
+
+
+def input_overlap(submissions: Path, reports: Path, work: Path) -> str | None:
+    """Why grading may not read ``submissions`` (or write ``reports``), or None. Grading never
+    writes its input: the input folder may be grader/work/submitted (where `nbgrader collect` puts
+    the class's submissions, which grading only reads), but not a folder grading writes (its
+    restored notebooks, the autograded and feedback copies, scratch, the release it records), nor
+    one inside or around them; and the reports may not go inside the input."""
+    def inside(a: Path, b: Path) -> bool:
+        return a == b or b in a.parents
+
+    for name in WRITTEN:
+        folder = work / name
+        if inside(submissions, folder) or inside(folder, submissions):
+            return (f"the submissions folder {submissions} overlaps {folder}, which grading writes: grading would "
+                    "change its own input. Grade a copy, or the folder `nbgrader collect` fills (grader/work/submitted).")
+    if inside(reports, submissions):
+        return f"the reports folder {reports} is inside the submissions folder {submissions}: grading never writes its input"
+    if inside(submissions, reports):
+        return f"the submissions folder {submissions} is inside the reports folder {reports}, which grading writes"
+    return None
 
 
 def _generate(assignments: list[str] | None, release_dir: Path, attempts: int = 4) -> dict[str, Path]:
@@ -524,7 +704,7 @@ def score(work: Path, outcomes: list) -> None:
     for o in outcomes:
         by_assignment.setdefault(o.assignment, set()).add(o.student)
     students = {o.student for o in outcomes}
-    on_disk = {(p.parent.name, p.name) for p in (work / "submitted").glob("*/*") if p.is_dir()}
+    on_disk = {(p.parent.name, p.name) for p in (work / RESTORED).glob("*/*") if p.is_dir()}
     mine = {(s, a) for s, a in on_disk if s in students}
     if len(by_assignment) > 1 and mine == {(o.student, o.assignment) for o in outcomes}:
         others = sorted({s for s, _ in on_disk} - students)
@@ -540,10 +720,10 @@ def _nbgrader_in(work: Path, command: str, assignment: str, extra: list[str], co
     ``folder`` ("release" or "feedback"); ``assignment`` may be ``*`` (all of them). On failure,
     its output is appended to ``nbgrader-<autograde|feedback>-<assignment or all>.log``."""
     proc = course.nbgrader(command, assignment, "--force", *extra,
-                           f"--CourseDirectory.submitted_directory={work / 'submitted'}",
+                           f"--CourseDirectory.submitted_directory={work / RESTORED}",
                            f"--CourseDirectory.autograded_directory={work / 'autograded'}",
                            f"--CourseDirectory.{folder}_directory={work / folder}",
-                           check=False, extra_env={"JUPYTER_CONFIG_PATH": config}, timeout=NBGRADER_TIMEOUT)
+                           check=False, config=config, timeout=NBGRADER_TIMEOUT)
     if proc.returncode != 0:
         name = command.replace("generate_", "")
         with open(work / f"nbgrader-{name}-{'all' if assignment == '*' else assignment}.log", "a") as log:
@@ -561,7 +741,7 @@ def score_batch(work: Path, assignment: str, students: list[str]) -> None:
     batch run fails, each student is scored on their own, so one bad submission costs nobody else."""
     if not students:
         return
-    others = sorted(p.name for p in (work / "submitted").iterdir() if p.is_dir() and p.name not in set(students)
+    others = sorted(p.name for p in (work / RESTORED).iterdir() if p.is_dir() and p.name not in set(students)
                     and (p / assignment).is_dir())
 
     def run(extra: list[str]) -> bool:
@@ -585,10 +765,12 @@ def _fallback(job: Job, release: dict, work: Path, why: str) -> Outcome:
 
 
 def _config_dir(work: Path, name: str, text: str) -> str:
+    """A folder with the grader's own settings for one nbgrader command: it comes first on
+    JUPYTER_CONFIG_PATH (``course.config_path``), before the instructor's settings and the course's
+    grader/nbgrader_config.py, which nbgrader reads as well."""
     d = work / f"config-{name}"
     d.mkdir(parents=True, exist_ok=True)
-    base = (course.GRADER / "nbgrader_config.py").read_text()
-    (d / "nbgrader_config.py").write_text(base + "\n" + text)
+    (d / "nbgrader_config.py").write_text(text)
     return str(d)
 
 
@@ -625,12 +807,14 @@ def export(outcomes: list[Outcome], reports: Path) -> tuple[list, list]:
             except MissingEntry:
                 reason = "; ".join(o.general) or "nbgrader could not record this submission"
                 assignment = gb.find_assignment(o.assignment)
-                rows.append([o.student, o.assignment, 0, assignment.max_score])
+                rows.append([o.student, o.assignment, 0, assignment.max_score, 0, ""])
                 for nb in assignment.notebooks:
                     for cell in nb.grade_cells:
                         ex_rows.append([o.student, o.assignment, exercise_name(cell.name), 0, cell.max_score, reason])
                 continue
-            rows.append([o.student, o.assignment, _num(sub.score), _num(sub.max_score)])
+            penalty = _num(sub.late_submission_penalty)
+            rows.append([o.student, o.assignment, _num(sub.score - (sub.late_submission_penalty or 0)), _num(sub.max_score),
+                         penalty, sub.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC") if sub.timestamp else ""])
             for nb in sub.notebooks:
                 for g in sorted(nb.grades, key=lambda g: _order(g.name)):
                     reason = o.reasons.get(g.name, "")
@@ -641,7 +825,8 @@ def export(outcomes: list[Outcome], reports: Path) -> tuple[list, list]:
                     ex_rows.append([o.student, o.assignment, exercise_name(g.name), _num(g.score), _num(g.max_score), reason])
     with open(reports / "grades.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student_id", "assignment", "score", "max_score"])
+        # score: after nbgrader's late penalty (late_penalty), as nbgrader's own export computes it
+        w.writerow(["student_id", "assignment", "score", "max_score", "late_penalty", "submitted_at"])
         w.writerows([[cell_safe(v) for v in r] for r in rows])
     with open(reports / "exercises.csv", "w", newline="") as f:
         w = csv.writer(f)

@@ -1,12 +1,20 @@
-"""Rebuild what gets graded from a submission and the release.
+"""Rebuild what gets graded from a submission and the release: of the learner's notebook, only
+what grading needs is kept (issue 25 §2), before any tool (nbformat, nbgrader, nbconvert,
+formgrader) reads it.
 
 - Test cells (nbgrader grade cells that are not answers) and other locked cells are restored from
   the release, source and metadata; an edited or deleted one is reported as tampering.
-- Answer cells keep the learner's source with the release's metadata. Cells the learner added stay
-  (their helpers may be used by their answers) but lose any nbgrader metadata they copied.
+- Answer cells keep the learner's source with the release's metadata and cell type. Cells the
+  learner added stay (their helpers may be used by their answers) with their source only: no
+  metadata at all (tags, nbgrader's, anything), no attachment, no output.
+- A raw cell of the learner's becomes a Markdown cell showing its text escaped (nbconvert would
+  put a raw cell's text into the page as it is).
 - All outputs are cleared: only what runs in the sandbox counts.
+- The notebook's own metadata is the release's.
 - A notebook that is not valid JSON, or that has none of the assignment's graded cells (another
   assignment's notebook), is replaced by the untouched release and reported.
+The submission is parsed as plain JSON (linear in its size, ``load_submission``); nothing of it is
+validated against the notebook schema, whose cost on learner-made metadata is not linear.
 """
 from __future__ import annotations
 
@@ -61,6 +69,7 @@ class Restored:
 
 
 MAX_BYTES = 8 * 2**20  # a notebook larger than this is refused before any work is done
+NOTES = "_grader_notes"  # what load_submission found wrong with a file it could still use
 MAX_CELLS = 1000
 
 
@@ -90,14 +99,19 @@ def load_submission(path: Path, max_bytes: int = MAX_BYTES, max_cells: int = MAX
         return None, "the notebook file has no list of cells"
     if len(nb["cells"]) > max_cells:
         return None, f"the notebook has {len(nb['cells'])} cells, more than the {max_cells} allowed: it was not graded"
+    # A malformed cell costs only itself: it is left out, and the reasons say so. Metadata that is
+    # not what the schema wants costs nothing: grading keeps none of the learner's metadata.
+    kept, dropped = [], 0
     for cell in nb["cells"]:
-        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
-            return None, "the notebook file has a malformed cell"
-        src = cell.get("source", "")
-        if not isinstance(src, str) and not (isinstance(src, list) and all(isinstance(x, str) for x in src)):
-            return None, "the notebook file has a cell whose source is not text"
+        src = cell.get("source", "") if isinstance(cell, dict) else None
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw") or not (
+                isinstance(src, str) or (isinstance(src, list) and all(isinstance(x, str) for x in src))):
+            dropped += 1
+            continue
         if not isinstance(cell.get("metadata", {}), dict):
-            return None, "the notebook file has a cell whose metadata is not an object"
+            cell = dict(cell, metadata={})
+        kept.append(cell)
+    nb = {"cells": kept, "metadata": {}, NOTES: [f"{dropped} malformed cell(s) of the notebook file were left out"] if dropped else []}
     return nb, None
 
 
@@ -112,6 +126,38 @@ def _clean(cell: dict) -> dict:
         cell.pop("execution_count", None)
     cell.setdefault("metadata", {})
     return cell
+
+
+ESCAPED_MAX_CHARS = 20_000
+
+
+def html_block(html_text: str) -> str:
+    """Sanitised HTML as the source of a Markdown cell that renders as exactly that HTML: one
+    line (a CommonMark HTML block, which the Markdown renderer passes through and parses nothing
+    in; every newline becomes a character reference, which the browser reads as a newline)."""
+    one_line = html_text.replace("\r", "&#13;").replace("\n", "&#10;")
+    return f'<div class="learner-text">{one_line}</div>'
+
+
+def escaped_block(text: str) -> str:
+    """Text shown as it is, in a Markdown cell: escaped, in a <pre>, on one line. At most
+    ESCAPED_MAX_CHARS characters, so that its rendering stays within what ``sanitise_html`` shows
+    as HTML (a longer one would be escaped a second time and read as ``&lt;`` entities)."""
+    import html
+
+    cut = text[:ESCAPED_MAX_CHARS]
+    return html_block("<pre>" + html.escape(cut) + ("\n... [truncated]" if len(text) > len(cut) else "") + "</pre>")
+
+
+def _learner_cell(cell: dict) -> dict:
+    """A cell the learner added (or one whose grade id is unknown, copied, or repeated): its
+    source only, no metadata; a raw cell as escaped text in a Markdown cell."""
+    src = source(cell)
+    if cell.get("cell_type") == "code":
+        return {"cell_type": "code", "source": src, "metadata": {}, "outputs": [], "execution_count": None}
+    if cell.get("cell_type") == "markdown":
+        return {"cell_type": "markdown", "source": src, "metadata": {}}
+    return {"cell_type": "markdown", "source": escaped_block(src), "metadata": {}}
 
 
 def restore(release: dict, submission: dict | None, problem: str | None = None) -> Restored:
@@ -129,7 +175,7 @@ def restore(release: dict, submission: dict | None, problem: str | None = None) 
         msg = "this notebook has none of the assignment's graded cells (is it another assignment's notebook?)"
         return restore(release, None, msg)
 
-    notes: list[str] = []
+    notes: list[str] = list(submission.get(NOTES, []))
     out: list[dict] = []
     seen: set[str] = set()
     for cell in submission["cells"]:
@@ -147,10 +193,7 @@ def restore(release: dict, submission: dict | None, problem: str | None = None) 
                 fixed["source"] = source(cell)
                 out.append(fixed)
         else:
-            fixed = _clean(cell)
-            if gid or "nbgrader" in fixed["metadata"]:
-                fixed["metadata"].pop("nbgrader", None)  # copied or unknown nbgrader cell: plain cell
-            out.append(fixed)
+            out.append(_learner_cell(cell))
 
     # Re-insert deleted release cells after the nearest preceding release cell still present.
     for idx, gid in enumerate(release_ids):

@@ -259,8 +259,11 @@ def system_binds() -> list[Path]:
     return paths
 
 
-def _bwrap_command(cmd: list[str], limits: Limits, binds: list[tuple[Path, str, bool]], uid: int | None) -> list[str]:
-    """binds: (host path, path inside, writable)."""
+def _bwrap_command(cmd: list[str], limits: Limits, binds: list[tuple[Path, str, bool]], uid: int | None,
+                   read_only: bool = False) -> list[str]:
+    """binds: (host path, path inside, writable). ``read_only``: the scratch tmpfs (/tmp, the
+    working folder, HOME) and /dev/shm are remounted read-only once everything is in place, so
+    the process can write nowhere but the writable binds (and the descriptors it was given)."""
     args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if uid is not None:  # root: keep only what setpriv needs to switch uid, then it drops those too
@@ -304,6 +307,8 @@ def _bwrap_command(cmd: list[str], limits: Limits, binds: list[tuple[Path, str, 
     for host, inside, writable in binds:
         args += parents(inside) + ["--bind" if writable else "--ro-bind", str(host), inside]
         bound.append(inside)
+    if read_only:
+        args += ["--remount-ro", "/tmp", "--remount-ro", "/dev/shm"]
     args += ["--chdir", WORKDIR, "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", "/tmp", "--"]
     if uid is not None:
         args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
@@ -542,8 +547,29 @@ def _kill_uid(uid: int) -> None:
 
 
 # ----------------------------------------------------------------------------------------- run
+# The only variables of the grader's own environment a sandboxed process sees (issue 25 §1): the
+# locale and the CPU kernel choice. Nothing else of the instructor's (PGPASSWORD, AWS_*, tokens,
+# GRADEBOOK_URL, the grader's settings) is passed, whatever it is called; PATH is fixed.
+ENV_ALLOWED = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "ATEN_CPU_CAPABILITY")
+
+
+def sandbox_env(home: str, extra: dict | None = None) -> dict:
+    """The whole environment of a sandboxed process: an allow-list, never the grader's own."""
+    env = {k: os.environ[k] for k in ENV_ALLOWED if k in os.environ}
+    env.update({"PATH": os.pathsep.join([str(course.BIN), "/usr/local/bin", "/usr/bin", "/bin"]),
+                "HOME": home, "USER": "learner", "LOGNAME": "learner", "PYTHONDONTWRITEBYTECODE": "1",
+                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+                "MPLCONFIGDIR": f"{home}/.matplotlib", "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter-runtime",
+                "IPYTHONDIR": f"{home}/.ipython",
+                # torch's first dispatch mode imports torch._dynamo, which wants a cache folder
+                "TORCHINDUCTOR_CACHE_DIR": f"{home}/.torchinductor"})
+    env.update(extra or {})
+    return env
+
+
 def run(cmd: list[str], files: dict | None = None, outputs: dict | None = None, limits: Limits | None = None,
-        expose: list | None = None, env: dict | None = None, host_dir: Path | None = None) -> Result:
+        expose: list | None = None, env: dict | None = None, host_dir: Path | None = None,
+        read_only: bool = False, pass_fds: tuple = (), interact=None) -> Result:
     """Run ``cmd`` sandboxed, in the working folder ``/tmp/sandbox``.
 
     ``files``: {name: bytes or host Path} put in the working folder, read-only.
@@ -552,6 +578,12 @@ def run(cmd: list[str], files: dict | None = None, outputs: dict | None = None, 
     too large or not a regular file).
     ``expose``: host paths (or (host, inside) pairs) bound read-only, e.g. the course's ``utils/``.
     ``host_dir``: where the run's host files go (a fresh temporary folder by default); deleted after.
+    ``env``: variables added to the allow-listed environment (``sandbox_env``).
+    ``read_only``: nothing in the sandbox is writable but the declared outputs (``_bwrap_command``).
+    ``pass_fds``: descriptors the process inherits (at the same numbers).
+    ``interact(proc, deadline)``: called once the process has started, in this thread, to talk to
+    it over ``pass_fds`` until it returns or ``deadline`` (``time.monotonic()``) passes; the run
+    then waits for the process until the deadline, as without it.
     """
     limits = limits or Limits()
     files, outputs = dict(files or {}), dict(outputs or {})
@@ -585,30 +617,24 @@ def run(cmd: list[str], files: dict | None = None, outputs: dict | None = None, 
             host, inside = (item, str(item)) if isinstance(item, (str, Path)) else item
             binds.append((Path(host), str(inside), False))
         if isolated:
-            full, cwd = _bwrap_command(cmd, limits, binds, uid), base
+            full, cwd = _bwrap_command(cmd, limits, binds, uid, read_only=read_only), base
         else:  # no namespaces: the learner's folder is a host folder; outputs are checked just the same
             full, cwd = cmd, work
             os.chmod(work, 0o700)
-        run_env = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("GRADEBOOK", "JUPYTER_CONFIG", "GRADER_", "COVERAGE"))}
-        home = WORKDIR if isolated else str(work)
-        run_env.update({"HOME": home, "USER": "learner", "LOGNAME": "learner", "PYTHONDONTWRITEBYTECODE": "1",
-                        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-                        "MPLCONFIGDIR": f"{home}/.matplotlib", "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter-runtime",
-                        "IPYTHONDIR": f"{home}/.ipython",
-                        # torch's first dispatch mode imports torch._dynamo, which wants a cache folder
-                        "TORCHINDUCTOR_CACHE_DIR": f"{home}/.torchinductor"})
-        run_env.update(env or {})
+        run_env = sandbox_env(WORKDIR if isolated else str(work), env)
         cgroup = _Cgroup(limits)
         notes = []
         start = time.monotonic()
         out_path, err_path = logs / "stdout", logs / "stderr"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(full, cwd=cwd, env=run_env, stdout=out, stderr=err,
+            proc = subprocess.Popen(full, cwd=cwd, env=run_env, stdout=out, stderr=err, pass_fds=tuple(pass_fds),
                                     stdin=subprocess.DEVNULL, preexec_fn=_preexec(limits, cgroup, uid))
+            deadline = start + limits.wall_seconds
             timed_out = False
             try:
-                proc.wait(timeout=limits.wall_seconds)
+                if interact is not None:
+                    interact(proc, deadline)
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
             except subprocess.TimeoutExpired:
                 timed_out = True
                 notes.append(f"stopped after the {limits.wall_seconds:.0f} s time limit")

@@ -1,36 +1,38 @@
 """Verify every auto-graded exercise a second time, outside the learner's kernel.
 
-The parent (this module, never running learner code):
+What is trusted is this process (the grader), which never runs learner code. What crosses each
+boundary (issue 25 §1):
 
-1. extracts the learner's *definitions* — imports, functions, classes and constant assignments —
-   from the notebook's code cells (test cells excluded), and scans them statically (``scan``): a
-   definition that reaches for the grader's internals (``utils``, ``sys``, ``importlib``,
-   ``torch._C``, ``torch.ops``, ``__wrapped__``, ``__globals__``, torch-function switches,
-   ``eval``/``exec``, rebinding an attribute of an imported module, ...) is not loaded, and the
-   reason is reported;
-2. for each exercise on its own, draws the cases from a secret seed (a salt made per
-   installation, ``course.secret_salt``, never in the repository and never visible to a sandbox)
-   and starts a fresh sandboxed child (``_verify_child.py``) with its own time budget. The child
-   gets the learner's definitions and the cases as plain tensors (or, only when an exercise's cases
-   hold callables, that exercise's own seed), and sees a copy of ``utils`` in which
-   ``utils.reference`` is a stub that raises: it has no reference, no salt, no other seed;
-3. reads the child's ``outputs.pt`` safely (``sandbox.read_regular``; a zip with a compressed
-   member is refused unread, so loading never allocates more than the file, ``_expansion_problem``)
-   with ``torch.load(weights_only=True)`` (plain tensors and Python values only: a tensor subclass that
-   lies about its values cannot come back) and judges every case itself, judged cases included
-   (``utils.checks._core.judge_case``: the reference's output, or the case's ``judge``).
-Patching ``torch.allclose``, the checks or their references in the learner's kernel changes
-nothing here. Self-check answers are evaluated (never executed) and judged by the quiz's visible check (``answers.py``).
+* **into the sandbox**: the learner's top-level definitions (``definitions``: one rule for what
+  the re-check loads, the same the notebook's ✅ saw), the assignment's exercise names, and for
+  each exercise, when its turn comes, its cases as plain data in the ``_wire`` format (or, only
+  when its cases hold callables, that exercise's own seed). The cases are drawn here from a secret
+  seed (a salt made per installation, ``course.secret_salt``, never in the repository and never
+  visible to a sandbox). The sandbox is read-only, isolated (``python -I``), with an allow-listed
+  environment, and its ``utils`` is a copy in which ``utils.reference`` is a stub that raises: no
+  reference, no salt, no other exercise's seed;
+* **out of it**: for each exercise, exactly the bytes its own process writes to the one pipe this
+  process opened for it just before asking for it (``verify_many``), capped in size, decoded by
+  ``_wire`` (linear in size, no pickle, a dense tensor at most as large as its bytes); and a
+  short note per exercise from the fork server (why a process was stopped), used only in reasons.
+  Nothing else a sandboxed process can write is read back: there are no result files.
+
+This process then judges every case itself, judged cases included (``utils.checks._core.judge_case``:
+the reference's output, computed here, or the case's ``judge``). Patching ``torch.allclose``, the
+checks or their references in the learner's kernel changes nothing here; nor does anything an
+exercise's process does to itself, beyond its own result. Self-check answers are evaluated (never
+executed) and judged by the quiz's visible check (``answers.py``).
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import hashlib
-import io
 import json
 import os
 import shutil
+import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -68,132 +70,110 @@ class Verdict:
 
 
 # ------------------------------------------------------------------------------- definitions
-DENY_NAMES = {"__import__", "eval", "exec", "compile", "globals", "locals", "vars", "open", "breakpoint",
-              "setattr", "delattr", "__builtins__", "memoryview", "__loader__",
-              "__spec__", "__file__"}
-DENY_ATTRS = {"_C", "ops", "_ops", "__wrapped__", "__globals__", "__builtins__", "__code__", "__closure__",
-              "__subclasses__", "__bases__", "__base__", "__mro__", "__dict__", "__import__", "__getattribute__",
-              "__setattr__", "__delattr__", "__self__", "__func__", "__defaults__", "__kwdefaults__", "__loader__",
-              "__spec__", "__reduce__", "__reduce_ex__", "__torch_function__", "__torch_dispatch__",
-              "f_globals", "f_locals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
-              "tb_frame", "tb_next", "_disabled_torch_function_impl", "DisableTorchFunction",
-              "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "overrides", "_python_dispatch",
-              "TorchFunctionMode", "TorchDispatchMode", "library", "_dynamo", "compile", "_reference_init",
-              "_tripwire_owner", "_learner_depth", "modules_dict", "__class_getitem__",
-              # modules re-exported by others (`from torch import sys`, `torch.os`): the way to
-              # every other module, threads and processes. A first line only: the re-check child
-              # also removes forbidden entry points and blocks threads before learner code runs.
-              "sys", "os", "_os", "_sys", "threading", "_thread", "subprocess", "gc", "builtins", "importlib",
-              "ctypes", "inspect", "_execution_engine", "_ImperativeEngine"}
-ALLOWED_IMPORTS = {"torch", "math", "cmath", "numpy", "typing", "typing_extensions", "dataclasses", "functools",
-                   "itertools", "collections", "operator", "abc", "enum", "numbers", "__future__", "random",
-                   "statistics", "einops", "copy", "string", "warnings", "time", "fractions", "decimal",
-                   "matplotlib"}
-DENY_TORCH_PARTS = {"ops", "overrides", "library", "multiprocessing", "hub", "jit", "compiler", "fx", "package",
-                    "distributed", "backends", "cuda", "mps", "utils", "export", "onnx", "testing"}
-
-
-def _import_problem(module: str | None) -> str | None:
-    if not module:
-        return "a relative import"
-    parts = module.split(".")
-    if parts[0] not in ALLOWED_IMPORTS:
-        return f"import {module}"
-    if parts[0] == "torch" and any(p.startswith("_") or p in DENY_TORCH_PARTS for p in parts[1:]):
-        return f"import {module}"
-    return None
-
-
-def scan(chunk: str, module_names: set) -> str | None:
-    """Why a definition may not be loaded in the re-check (None when it may).
-
-    A second layer behind the tripwires: it rejects what only a definition that reaches for the
-    grader's internals, or that disables torch's function handling, would contain.
-    """
-    try:
-        tree = parse(chunk)
-    except SyntaxError:
-        return "it does not parse"
-    for node in ast.walk(tree):
-        where = f" (line {getattr(node, 'lineno', '?')})"
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                why = _import_problem(alias.name)
-                if why:
-                    return why + where
-        elif isinstance(node, ast.ImportFrom):
-            why = _import_problem(node.module if not node.level else None)
-            if why:
-                return why + where
-            for alias in node.names:
-                if alias.name in DENY_ATTRS or alias.name == "*":
-                    return f"from {node.module} import {alias.name}" + where
-                why = _import_problem(f"{node.module}.{alias.name}") if node.module.startswith("torch") else None
-                if why and alias.name in DENY_TORCH_PARTS:
-                    return why + where
-        elif isinstance(node, ast.Name) and node.id in DENY_NAMES:
-            return f"`{node.id}`" + where
-        elif isinstance(node, ast.Attribute) and node.attr in DENY_ATTRS:
-            return f"`.{node.attr}`" + where
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
-            name = node.args[1] if len(node.args) > 1 else None
-            if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and "__" not in name.value
-                    and name.value not in DENY_ATTRS):
-                return f"`{node.func.id}` with a computed or special attribute name" + where
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value
-            if "utils.reference" in text or "utils.checks" in text or \
-                    any(a in text for a in DENY_ATTRS if a.startswith("__") or a.startswith("f_")):
-                return f"the string {text[:40]!r}" + where
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-            for t in targets:
-                for sub in ast.walk(t):
-                    if isinstance(sub, ast.Attribute):
-                        root = sub
-                        while isinstance(root, ast.Attribute):
-                            root = root.value
-                        if isinstance(root, ast.Name) and root.id in module_names:
-                            return f"it rebinds `{ast.unparse(sub)}`, an attribute of an imported module" + where
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            return f"`{type(node).__name__.lower()}`" + where
-    return None
+# Course demo cells import these for figures only: never loaded in the re-check.
+PLOT_IMPORTS = ("matplotlib", "seaborn", "ipywidgets", "utils.plotting", "IPython")
+# Calls a constant of a cell that is not an exercise cell may make (NEG_INF = float("-inf")).
+SIMPLE_CALLS = {"float", "int", "complex", "bool", "str", "tuple", "frozenset", "abs", "min", "max", "round", "pow",
+                "len", "range"}
 
 
 def definitions(nb: dict) -> tuple[list[str], list[str]]:
-    """(chunks, notes): imports, defs, classes and constant assignments from every non-test code
-    cell, in order, each a chunk the child loads on its own (a demo definition that cannot stand
-    alone does not take the exercises with it); and why any definition was not loaded."""
-    parts = []
+    """(chunks, notes): what the learner's notebook defines at the top level of its cells, in
+    order, each statement a chunk the re-check loads on its own (a statement that cannot stand
+    alone does not take the exercises with it). One rule (issue 25 §4, issue 24 §6), so that what
+    the notebook's ✅ saw is what the grade sees:
+
+    * an **exercise cell** (an answer cell): every top-level statement but a bare expression
+      (``print(...)``, a check call): imports, functions, classes, and assignments of any value
+      (``NEG_INF = float("-inf")``, ``SCALE = 1 / math.sqrt(64)``), compound statements. Its
+      definitions and constant values load for every exercise; its other statements (they may
+      compute, or hang) only in the process of the exercise the cell answers (its grade id, or a
+      name the cell defines): one exercise's cell never costs another exercise its time;
+    * any other code cell (cells the learner added, the course's locked cells): imports,
+      functions, classes, and assignments whose value is a constant expression (literals, names,
+      attributes, arithmetic, ``float``/``int``/... and ``math`` calls), so a demo or an
+      experiment is never run again; the course's plotting imports are left out.
+
+    Nothing is refused for the names it uses: what a definition can reach in the re-check is
+    decided by the sandbox and the lock-down (``_verify_child.py``), not by reading its source.
+    ``notes`` is kept for the callers' signature; it is empty. A chunk is its source text, or
+    ``{"code": text, "only": [exercise names]}`` for one that loads only where ``chunk_applies``."""
+    chunks = []
     for cell in nb["cells"]:
         if cell.get("cell_type") != "code" or is_test(cell):
             continue
-        course_cell = bool(nbg(cell).get("locked")) and not is_answer(cell)  # restored from the release
+        exercise_cell = is_answer(cell)
+        course_cell = bool(nbg(cell).get("locked")) and not exercise_cell  # restored from the release
         tree = parse_cell(source(cell))
         if tree is None:
             continue
+        owners = sorted({grade_id(cell) or ""} | {n.name for n in tree.body if isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} - {""})
         for node in tree.body:
-            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                parts.append((node, course_cell))
-            elif isinstance(node, ast.Assign) and _is_constant(node.value) and \
-                    all(isinstance(t, ast.Name) for t in node.targets):
-                parts.append((node, course_cell))
-    module_names = set()
-    for node, _ in parts:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            module_names |= {(a.asname or a.name).split(".")[0] for a in node.names}
-    chunks, notes = [], []
-    for node, course_cell in parts:
-        text = ast.unparse(node)
-        why = scan(text, module_names)
-        if why and (course_cell or why.startswith(("import utils.plotting", "import matplotlib"))):
-            continue  # the course's own demo imports (plotting, os) and plotting: not needed here
-        if why:
-            label = getattr(node, "name", None) or text.splitlines()[0][:60]
-            notes.append(f"`{label}` was not loaded for the re-check: it uses {why}, which graded code may not use")
-        else:
-            chunks.append(text)
-    return chunks, notes
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if course_cell and _plot_import(node):
+                    continue
+                chunks.append(ast.unparse(node))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                chunks.append(ast.unparse(node))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _is_simple(node.value) \
+                    and all(isinstance(t, ast.Name) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+                chunks.append(ast.unparse(node))
+            elif exercise_cell and not isinstance(node, (ast.Expr, ast.Pass)):
+                chunks.append({"code": ast.unparse(node), "only": owners})
+    return chunks, []
+
+
+def chunk_code(chunk) -> str:
+    return chunk if isinstance(chunk, str) else chunk["code"]
+
+
+def chunk_applies(chunk, exercise: str, holder: str = "") -> bool:
+    """Whether ``chunk`` loads in the re-check of ``exercise`` (``holder``: the class that holds a
+    method exercise, e.g. MultiHeadAttention for split_heads)."""
+    return isinstance(chunk, str) or exercise in chunk["only"] or bool(holder and holder in chunk["only"])
+
+
+def _plot_import(node) -> bool:
+    mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+    return all(any(m == p or m.startswith(p + ".") for p in PLOT_IMPORTS) for m in mods)
+
+
+def _is_simple(value, depth: int = 0) -> bool:
+    """A constant expression: literals, names, attributes, containers, arithmetic, comparisons,
+    and calls of a few builtins and of ``math`` functions; nothing that runs learner code or
+    builds a tensor."""
+    if depth > 30:
+        return False
+    d = depth + 1
+    if isinstance(value, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(value, ast.Attribute):
+        return _is_simple(value.value, d)
+    if isinstance(value, (ast.Tuple, ast.List, ast.Set)):
+        return all(_is_simple(v, d) for v in value.elts)
+    if isinstance(value, ast.Dict):
+        return all(k is None or _is_simple(k, d) for k in value.keys) and all(_is_simple(v, d) for v in value.values)
+    if isinstance(value, ast.BinOp):
+        return _is_simple(value.left, d) and _is_simple(value.right, d)
+    if isinstance(value, ast.UnaryOp):
+        return _is_simple(value.operand, d)
+    if isinstance(value, ast.BoolOp):
+        return all(_is_simple(v, d) for v in value.values)
+    if isinstance(value, ast.Compare):
+        return _is_simple(value.left, d) and all(_is_simple(v, d) for v in value.comparators)
+    if isinstance(value, ast.IfExp):
+        return all(_is_simple(v, d) for v in (value.test, value.body, value.orelse))
+    if isinstance(value, ast.Subscript):
+        return _is_simple(value.value, d) and _is_simple(value.slice, d)
+    if isinstance(value, ast.Slice):
+        return all(v is None or _is_simple(v, d) for v in (value.lower, value.upper, value.step))
+    if isinstance(value, ast.Call) and not value.keywords:
+        f = value.func
+        known = (isinstance(f, ast.Name) and f.id in SIMPLE_CALLS) or \
+            (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "math")
+        return known and all(_is_simple(a, d) for a in value.args)
+    return False
 
 
 def parse_cell(src: str):
@@ -213,6 +193,7 @@ def _strip_magics(src: str) -> str:
 
 
 def _is_constant(value) -> bool:
+    """A literal (what the course's demo cells keep when the notebook is executed for grading)."""
     if value is None:
         return False
     try:
@@ -318,8 +299,8 @@ def exercises_in(nb: dict) -> list[str]:
 def verify(nb: dict, student: str, assignment: str, limits: sandbox.Limits | None = None,
            host_dir: Path | None = None) -> dict:
     """{exercise: Verdict} for every registered exercise graded in ``nb``: one sandboxed re-check
-    process for the submission, one forked child per exercise with its own share of the time
-    (a hanging exercise costs only itself; see ``verify_many``)."""
+    (a fork server) for the submission, one process per exercise with its own share of the time
+    and its own output channel (``verify_many``)."""
     names = exercises_in(nb)
     if not names:
         return {}
@@ -333,12 +314,121 @@ def verify_one(name: str, chunks: list, notes: list, seed: int, limits: sandbox.
     return verify_many([name], chunks, notes, {name: seed}, limits, host_dir)[name]
 
 
+GRACE_SECONDS = 10.0  # the fork server's own bookkeeping around an exercise's share, at most
+
+
+class _Run:
+    """The grader's side of one re-check: the control socket to the fork server, and for each
+    exercise a pipe opened just before it is asked for."""
+
+    def __init__(self, todo: list, payloads: dict, total: float):
+        self.todo, self.payloads, self.total = todo, payloads, total
+        self.parent, self.child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.results: dict = {}  # name -> (bytes or None, why, note)
+        self.ready = False
+
+    def __call__(self, proc, deadline: float) -> None:
+        self.child.close()  # the sandbox holds the only other end
+        try:
+            self._talk(proc, deadline)
+        finally:
+            self.parent.close()
+
+    def _talk(self, proc, deadline: float) -> None:
+        import time
+
+        start_by = min(deadline, time.monotonic() + VERIFY_STARTUP_SECONDS)
+        msg = _receive(self.parent, start_by)
+        if not (isinstance(msg, dict) and msg.get("ready") is True):
+            return
+        self.ready = True
+        end = min(deadline, time.monotonic() + self.total)
+        for i, name in enumerate(self.todo):
+            share = min(VERIFY_SECONDS, max(end - time.monotonic(), 0.0) / (len(self.todo) - i))
+            read_end, write_end = os.pipe()
+            try:
+                payload = self.payloads[name]
+                header = json.dumps({"run": i, "exercise": name, "share": share, "payload": len(payload)}).encode()
+                try:
+                    self.parent.sendmsg([struct.pack("<I", len(header)) + header],
+                                        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", write_end))])
+                    self.parent.sendall(payload)
+                except OSError:
+                    return  # the fork server is gone: the remaining exercises get no result
+                finally:
+                    os.close(write_end)  # from now on only the sandbox holds the write end
+                data, why = _read_pipe(read_end, OUTPUT_CAP, min(deadline, time.monotonic() + share + GRACE_SECONDS))
+            finally:
+                os.close(read_end)
+            done = _receive(self.parent, min(deadline, time.monotonic() + GRACE_SECONDS))
+            note = done.get("note") if isinstance(done, dict) and isinstance(done.get("note"), str) else ""
+            self.results[name] = (data, why, note[:300])
+            if not isinstance(done, dict):
+                return  # the fork server stopped answering
+        try:
+            header = json.dumps({"quit": True}).encode()
+            self.parent.sendall(struct.pack("<I", len(header)) + header)
+        except OSError:
+            pass
+
+
+def _receive(sock, deadline: float):
+    """One control message (a JSON object of at most 64 KiB) from the fork server, or None."""
+    import time
+
+    buf = b""
+    try:
+        while True:
+            need = 4 if len(buf) < 4 else 4 + struct.unpack("<I", buf[:4])[0]
+            if need > 4 + 64 * 2**10:
+                return None
+            if len(buf) >= need and len(buf) >= 4:
+                return json.loads(buf[4:need])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            sock.settimeout(left)
+            data = sock.recv(need - len(buf))
+            if not data:
+                return None
+            buf += data
+    except (OSError, ValueError):
+        return None
+
+
+def _read_pipe(fd: int, cap: int, deadline: float) -> tuple[bytes | None, str]:
+    """Everything written to the pipe until its last writer closes it, at most ``cap`` bytes and
+    until ``deadline``: (data, "") or (None, why)."""
+    import select
+    import time
+
+    chunks, total = [], 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, "it wrote no complete result in its time"
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        block = os.read(fd, 1 << 20)
+        if not block:
+            break
+        total += len(block)
+        if total > cap:
+            return None, f"its result was larger than {cap // 2**20} MiB"
+        chunks.append(block)
+    return (b"".join(chunks), "") if total else (None, "it wrote no result")
+
+
 def verify_many(names: list, chunks: list, notes: list, seeds: dict, limits: sandbox.Limits | None = None,
-                host_dir: Path | None = None, total_seconds: float | None = None) -> dict:
-    """Re-check ``names`` in one sandboxed process (``_verify_child.py``). It imports torch and
-    the checks once (at most VERIFY_STARTUP_SECONDS, before any learner code runs), then gives each
-    exercise a forked child and the smaller of VERIFY_SECONDS and an equal share of what is left of
-    ``total_seconds`` (default VERIFY_TOTAL_SECONDS). ``limits``: the sandbox's other limits."""
+                host_dir: Path | None = None, total_seconds: float | None = None,
+                assignment_exercises: list | None = None) -> dict:
+    """Re-check ``names`` in one sandboxed fork server (``_verify_child.py``). It imports torch and
+    the checks once (at most VERIFY_STARTUP_SECONDS, before any learner code runs); then each
+    exercise in turn gets its own process, the smaller of VERIFY_SECONDS and an equal share of what
+    is left of ``total_seconds`` (default VERIFY_TOTAL_SECONDS), and its own pipe (``_Run``).
+    ``assignment_exercises``: every exercise of the assignment (whose forbidden groups are removed
+    while the definitions load; default ``names``). ``limits``: the sandbox's other limits."""
     from utils.checks import EXERCISES
 
     verdicts, todo = {}, []
@@ -350,56 +440,49 @@ def verify_many(names: list, chunks: list, notes: list, seeds: dict, limits: san
             todo.append(name)
     if not todo:
         return verdicts
-    cases = {}
+    cases, payloads = {}, {}
     for name in todo:
         with RNG_LOCK, torch.random.fork_rng():
             torch.manual_seed(seeds[name])
             cases[name] = EXERCISES[name].make_cases(seeds[name])
+        payloads[name] = _payload(name, cases[name], seeds[name])
     total = VERIFY_TOTAL_SECONDS if total_seconds is None else total_seconds
-    buf = io.BytesIO()
-    torch.save({"exercises": [_payload(name, cases[name], seeds[name]) for name in todo],
-                "total_seconds": float(total), "per_exercise_seconds": float(VERIFY_SECONDS)}, buf)
-    limits = dataclasses.replace(limits or sandbox.Limits(), wall_seconds=VERIFY_STARTUP_SECONDS + total)
-    outputs = {f"outputs_{i}.pt": OUTPUT_CAP for i in range(len(todo))}
-    outputs["notes.json"] = 64 * 2**10
+    limits = dataclasses.replace(limits or sandbox.Limits(), wall_seconds=VERIFY_STARTUP_SECONDS + total + 2 * GRACE_SECONDS)
+    spec = json.dumps({"exercises": list(assignment_exercises or names)}).encode()
     for attempt in range(2):  # a run that vanished without a word (no time-out) gets one more try
-        res = sandbox.run([sys.executable, "_verify_child.py"],
+        run = _Run(todo, payloads, total)
+        res = sandbox.run([sys.executable, "-I", "_verify_child.py", str(run.child.fileno()), CHILD_LIB],
                           files={"_verify_child.py": CHILD, "definitions.json": json.dumps(chunks).encode(),
-                                 "cases.pt": buf.getvalue()},
-                          outputs=outputs, limits=limits,
-                          expose=[(child_lib(), CHILD_LIB)], env={"PYTHONPATH": CHILD_LIB}, host_dir=host_dir)
-        if any(v is not None for v in res.outputs.values()) or res.timed_out or res.notes or res.stderr.strip():
+                                 "spec.json": spec},
+                          limits=limits, expose=[(child_lib(), CHILD_LIB)], host_dir=host_dir, read_only=True,
+                          # torch makes its cache folder on first use of torch.func: an existing one
+                          env={"TORCHINDUCTOR_CACHE_DIR": sandbox.WORKDIR},
+                          pass_fds=(run.child.fileno(),), interact=run)
+        if run.ready or res.timed_out or res.notes or res.stderr.strip():
             break
-    try:
-        child_notes = json.loads(res.outputs.get("notes.json") or b"{}")
-        child_notes = child_notes if isinstance(child_notes, dict) else {}
-    except ValueError:
-        child_notes = {}
     extra = f" ({'; '.join(notes[:3])})" if notes else ""
-    for i, name in enumerate(todo):
-        data = res.outputs.get(f"outputs_{i}.pt")
-        note = child_notes.get(name) if isinstance(child_notes.get(name), str) else ""
-        verdicts[name] = _judge(EXERCISES[name], cases[name], data, note[:200], res, f"outputs_{i}.pt", extra)
+    for name in todo:
+        data, why, note = run.results.get(name, (None, "the re-check stopped before it", ""))
+        verdicts[name] = _judge(EXERCISES[name], cases[name], data, why, note, res, extra)
     return verdicts
 
 
-def _judge(ex, cases: list, data: bytes | None, note: str, res, output: str, extra: str) -> Verdict:
+def _judge(ex, cases: list, data: bytes | None, why: str, note: str, res, extra: str) -> Verdict:
     from utils.checks._core import expected_output, judge_case, name_paths
+
+    from ._wire import WireError, decode
 
     name = ex.name
     loaded = None
     if data is not None:
-        bomb = _expansion_problem(data)
-        if bomb:
-            return Verdict(False, f"the independent re-run's result file was refused ({bomb}){extra}")
         try:
-            loaded = torch.load(io.BytesIO(data), weights_only=True)
-        except Exception:  # noqa: BLE001 - a forged or truncated file: no result
-            loaded = None
+            loaded = decode(data, strided=False)
+        except WireError as err:
+            return Verdict(False, f"the independent re-run's result was refused ({err}){extra}")
     if not isinstance(loaded, dict):
-        why = note or "; ".join(res.notes) or res.output_problems.get(output) or "no result"
-        if data is not None and loaded is None:
-            why = "its result file was not a plain result"
+        why = note or "; ".join(res.notes) or why or "no result"
+        if data is not None:
+            why = "its result was not a plain result"
         if not note and not res.notes:
             last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1][:300]
             why += f": {last}"
@@ -428,44 +511,22 @@ def _judge(ex, cases: list, data: bytes | None, note: str, res, output: str, ext
     return Verdict(True)
 
 
-def _expansion_problem(data: bytes) -> str | None:
-    """Why a result file written in the sandbox may not be loaded, or None. ``torch.save`` writes
-    an uncompressed zip: a file with a compressed member (8 MB of deflated zeros expanded to 8.4
-    GiB in the grading process), or whose members add up to more than it holds, is refused before
-    ``torch.load`` reads anything, so loading never allocates more than the file's own size."""
-    import zipfile
+def _payload(name: str, cases: list, seed: int) -> bytes:
+    """The cases as a ``_wire`` message of plain data (tensors, numbers, strings; the checks' own
+    module-level functions by name); the exercise's seed only when a case holds something that is
+    not plain data (a callable the child must rebuild from its own copy)."""
+    from ._wire import WireError, encode
 
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            infos = zf.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError):
-        return "it is not the zip file torch.save writes"
-    if len(infos) > 10_000:
-        return "it has too many members"
-    if any(i.compress_type != zipfile.ZIP_STORED for i in infos):
-        return "it holds compressed data, which torch.save never writes"
-    if sum(i.file_size for i in infos) > len(data):
-        return "its members claim more bytes than the file holds"
-    return None
-
-
-def _payload(name: str, cases: list, seed: int) -> dict:
-    """The cases as plain data (tensors, numbers, strings); the exercise's seed only when a case
-    holds something that is not plain data (a callable the child must rebuild from its own copy)."""
     fields = []
     for case in cases:
         d = {f.name: _encode(getattr(case, f.name)) for f in dataclasses.fields(case) if f.name != "judge"}
         if d.get("budget") is not None:
             d["budget"] = dataclasses.asdict(case.budget)
         fields.append(d)
-    plain = {"exercise": name, "cases": fields}
-    buf = io.BytesIO()
     try:
-        torch.save(plain, buf)
-        torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
-        return plain
-    except Exception:  # noqa: BLE001 - not plain data
-        return {"exercise": name, "seed": seed}
+        return encode({"exercise": name, "cases": fields})
+    except WireError:  # not plain data
+        return encode({"exercise": name, "seed": seed})
 
 
 def _encode(value, depth: int = 0):
@@ -558,7 +619,8 @@ def _reference_params() -> dict:
 
 
 def child_lib() -> Path:
-    """The child's copy of ``utils``: the checks as in the course, the reference replaced by stubs."""
+    """The child's copy of ``utils`` (the checks as in the course, the reference replaced by
+    stubs) and of the wire format, bound read-only at CHILD_LIB."""
     global _CHILD_LIB
     with _CHILD_LIB_LOCK:
         if _CHILD_LIB is not None and _CHILD_LIB.is_dir():
@@ -570,11 +632,13 @@ def child_lib() -> Path:
         (dst / "checks").mkdir(parents=True)
         (dst / "reference").mkdir()
         (dst / "__init__.py").write_text('"""The grader\'s child copy of utils: checks only."""\n')
-        shutil.copy(src / "_guard.py", dst / "_guard.py")
-        shutil.copy(src / "_clock.py", dst / "_clock.py")  # the checks' clocks (never raise inside an import)
-        shutil.copy(src / "_gpt_model.py", dst / "_gpt_model.py")  # chapter 14's model: the checks build it
+        # utils' own private modules (the guard, the clocks, chapter 14's model): the checks import them
+        for f in src.glob("_*.py"):
+            if f.name != "__init__.py":
+                shutil.copy(f, dst / f.name)
         for f in (src / "checks").glob("*.py"):
             shutil.copy(f, dst / "checks" / f.name)
+        shutil.copy(Path(__file__).with_name("_wire.py"), lib / "_grader_wire.py")  # the wire format
         stub = STUB % repr(_reference_params())
         for f in (src / "reference").glob("*.py"):
             (dst / "reference" / f.name).write_text(stub)

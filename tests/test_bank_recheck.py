@@ -88,11 +88,16 @@ def test_the_recheck_gives_the_expected_scores(rechecked):
 
 
 def _visible(exercise_name: str, chunks: list):
-    """The notebook's check cell, in-process: the learner's definitions, then the visible check."""
+    """The notebook's check cell, in-process: the learner's definitions (as the re-check of this
+    exercise loads them), then the visible check."""
     namespace: dict = {"__name__": "__learner__"}
+    ex = EXERCISES[exercise_name]
+    holder = getattr(ex.reference, "__name__", "") if ex.kind == "class" else ""
     for chunk in chunks:
+        if not verify.chunk_applies(chunk, exercise_name, holder):
+            continue
         try:
-            exec(compile(chunk, "<answer>", "exec"), namespace)  # noqa: S102 - the course's own samples
+            exec(compile(verify.chunk_code(chunk), "<answer>", "exec"), namespace)  # noqa: S102 - the course's own samples
         except Exception:  # noqa: BLE001 - as in the re-check: a definition that cannot load is skipped
             pass
     ex = EXERCISES[exercise_name]

@@ -108,43 +108,6 @@ def test_efficient_exercise_rejects_a_quadratic_variant(name):
         f"{name}: add a quadratic mutant that the budget rejects"
 
 
-def _solution_docstrings() -> dict:
-    """{exercise name: docstring of the def/class (or method) of that name in a solution cell}."""
-    import ast
-    import inspect
-    import json
-    from pathlib import Path
-
-    found = {}
-    for path in sorted(Path(__file__).resolve().parents[1].glob("solutions/*/*.ipynb")):
-        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if cell["cell_type"] != "code" or not meta.get("solution"):
-                continue
-            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            for node in ast.walk(ast.parse(src)):
-                if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in EXERCISES:
-                    found[node.name] = inspect.cleandoc(ast.get_docstring(node) or "")
-    return found
-
-
-def test_prompt_is_the_contract():
-    """The stub's docstring in the notebook states what the check demands, word for word."""
-    import inspect
-
-    docs = _solution_docstrings()
-    assert docs, "no solution notebook defines a graded exercise"
-    for name, doc in docs.items():
-        contract = inspect.cleandoc(EXERCISES[name].contract)
-        assert contract, f"{name}: write its contract (the stub docstring) in utils/checks"
-        assert doc == contract, f"{name}: the notebook's docstring differs from the check's contract:\n{doc}\n---\n{contract}"
-
-
-@pytest.mark.parametrize("name", EXERCISE_NAMES)
-def test_has_a_contract(name):
-    assert EXERCISES[name].contract.strip(), f"{name}: write its contract (the stub docstring)"
-
-
 def test_no_extra_checks_left():
     """Extra checks ran only in the learner's kernel; a judged Case is re-verified by the grader."""
     assert not [n for n in EXERCISE_NAMES if EXERCISES[n].extra_checks]

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from utils._guard import unguarded
-from utils.checks import CheckFailure, check_fit_loglog_slope, check_generate, check_TinyGPT
+from utils.checks import EXERCISES, CheckFailure, check_fit_loglog_slope, check_generate, check_TinyGPT
+from utils.checks._core import run_check
 from utils.checks._ch14 import STALE_OR_SHARED, _GPTBase
 from utils.reference import generate as _generate
 
@@ -81,3 +82,27 @@ def test_slope_without_validation_passes_with_a_tip(capsys):
     check_fit_loglog_slope(no_checks)
     out = capsys.readouterr().out
     assert "✅" in out and "Tip (not graded)" in out
+
+
+def test_tinygpt_names_the_first_submodule_whose_output_differs():
+    """A mistake outside the bank (another activation in the feed-forward): the check locates it by
+    the prompt's sub-module names, with forward hooks on the learner's model and the reference."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from utils._guard import unguarded
+
+    ex = EXERCISES["TinyGPT"]
+
+    class SiluFFN(unguarded(ex.reference)):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for block in self.blocks:
+                ffn = block.ffn
+                ffn.forward = lambda x, ffn=ffn: ffn.linear2(F.silu(ffn.linear1(x)))
+            assert isinstance(self, nn.Module)
+
+    with pytest.raises(CheckFailure) as info:
+        run_check(ex, SiluFFN, quiet=True)
+    assert "the first whose output differs from the reference's is blocks.0.ffn.linear2" in str(info.value)
+    assert "blocks.0.ffn.linear1 matches" in str(info.value)

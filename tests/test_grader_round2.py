@@ -167,7 +167,7 @@ def test_links_are_refused_with_a_reason_and_leak_nothing(round2):
     for student in ("hostile_link_peer", "hostile_link_solution"):
         reasons = {r["reason"] for r in rows if r["student_id"] == student}
         assert any("symbolic link" in r for r in reasons), reasons
-        stored = (tmp / "work" / "submitted" / student / bank.A / f"{bank.A}.ipynb").read_text()
+        stored = (tmp / "work" / "restored" / student / bank.A / f"{bank.A}.ipynb").read_text()
         release = course.release_path(bank.A).read_text()
         for answer in bank._answers().values():  # the solution's (and the peer's) answers
             for line in "".join(answer).splitlines():
@@ -311,23 +311,20 @@ def test_every_quiz_grades_what_its_visible_check_shows(assignment, gid):
 
 
 # ----------------------------------------------- 18 §3 and §4: bombs and scripts, without grading
-def test_a_decompression_bomb_is_refused_before_it_is_loaded():
+def test_a_decompression_bomb_is_no_result():
+    """Round two's bomb (a zip whose compressed member expands to 64 MiB) was refused before
+    torch.load read it; results are no zip, nor pickle, any more (grader/_wire.py): it is simply not
+    a result, refused in constant time."""
     import io
     import zipfile
 
-    import torch
+    from grader._wire import WireError, decode
 
-    from grader.verify import _expansion_problem
-
-    honest = io.BytesIO()
-    torch.save({"outputs": [torch.randn(4, 4), 1.5, [torch.zeros(2)]]}, honest)
-    assert _expansion_problem(honest.getvalue()) is None
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("archive/data.pkl", bytes(64 * 2**20))
-    assert len(bomb.getvalue()) < 2**20
-    assert "compressed" in _expansion_problem(bomb.getvalue())
-    assert _expansion_problem(b"not a zip") is not None
+    with pytest.raises(WireError):
+        decode(bomb.getvalue())
 
 
 SCRIPTS = ("javascript:", "data:", "vbscript:", "<svg", "<style", "onload", "onerror", "<script", "style=")
@@ -350,9 +347,9 @@ def _rendered_links_and_tags(html_text):
 
 
 def test_what_is_finally_rendered_has_no_script_link_svg_data_uri_or_css():
-    """Learner markdown is sanitised as markdown (what formgrader and the feedback render), not as
-    HTML; markdown links, images, reference links, SVG, data URIs and CSS, in an answer cell and in
-    Markdown and HTML outputs."""
+    """Learner Markdown is rendered first (in the sandbox, by the renderer formgrader uses) and the
+    HTML sanitised (issue 25 §2), not its source rewritten; links, images, reference links, SVG, data
+    URIs and CSS, in an answer cell and in Markdown (rendered to HTML in the sandbox) and HTML outputs."""
     import nbformat
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
@@ -360,24 +357,28 @@ def test_what_is_finally_rendered_has_no_script_link_svg_data_uri_or_css():
     from grader.samples.ch03_round2 import SCRIPT_DERIVATION
 
     md = SCRIPT_DERIVATION + "\n\n[x](<javascript:alert(8)>) [y](\njavascript:alert(9)) [ok](https://example.org/a#b)"
+    out_md = "[see](javascript:alert(7)) ![x](data:text/html;base64,PHNjcmlwdD4=)"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(md), nbformat.v4.new_code_cell("x")])
     nb.cells[1].outputs = [nbformat.v4.new_output("display_data", data={
-        "text/markdown": "[see](javascript:alert(7)) ![x](data:text/html;base64,PHNjcmlwdD4=)",
+        "text/markdown": out_md,
         "text/html": '<a href="javascript:alert(1)">a</a><svg onload=alert(1)></svg><img src=x onerror=alert(1)>'
                      '<a href="data:text/html,x">d</a><p style="position:fixed">p</p><style>*{}</style>',
-        "image/svg+xml": "<svg onload=alert(1)/>"})]
-    neutralise(nb)
-    rendered = [markdown2html_mistune(nb.cells[0].source), markdown2html_mistune(nb.cells[1].outputs[0]["data"]["text/markdown"]),
-                nb.cells[1].outputs[0]["data"]["text/html"]]
+        "image/svg+xml": "<svg onload=alert(1)/>"}),
+        nbformat.v4.new_output("display_data", data={"text/markdown": out_md,
+                                                     "text/html": markdown2html_mistune(out_md)})]  # as _execute.py makes it
+    neutralise(nb, {0: markdown2html_mistune(md)})
+    rendered = [markdown2html_mistune(nb.cells[0].source), nb.cells[1].outputs[0]["data"]["text/html"],
+                nb.cells[1].outputs[1]["data"]["text/html"]]
     for html_text in rendered:
         for kind, value in _rendered_links_and_tags(html_text):
             if kind in ("href", "src"):
                 assert value.startswith(("http://", "https://", "#")), (value, html_text)
             assert kind not in ("style",) and not kind.startswith("on"), (kind, html_text)
             if kind == "tag":
-                assert value not in ("script", "svg", "style", "iframe", "object", "embed", "math"), (value, html_text)
-    assert "image/svg+xml" not in nb.cells[1].outputs[0]["data"]
-    assert "https://example.org/a#b" in rendered[0]  # an ordinary link survives
+                assert value not in ("script", "svg", "style", "iframe", "object", "embed", "math", "img"), (value, html_text)
+    assert "image/svg+xml" not in nb.cells[1].outputs[0]["data"] and "text/markdown" not in nb.cells[1].outputs[1]["data"]
+    assert 'href="https://example.org/a#b"' in rendered[0]  # an ordinary link survives
+    assert ">see</a>" in rendered[2]  # the rendered Markdown output, its link defused
 
 
 def test_the_sanitiser_is_bounded():
@@ -427,7 +428,7 @@ def test_formgraders_autograde_button_executes_nothing(round2, tmp_path):
     tmp, _, env, _, _ = round2
     canary = tmp_path / "CANARY-formgrader"
     submitted = tmp_path / "submitted"
-    src = tmp / "work" / "submitted" / "correct" / bank.A / f"{bank.A}.ipynb"
+    src = tmp / "work" / "restored" / "correct" / bank.A / f"{bank.A}.ipynb"
     nb = nbformat.read(src, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(f"open({str(canary)!r}, 'w').write('ran unsandboxed')"))
     (submitted / "canary" / bank.A).mkdir(parents=True)

@@ -579,15 +579,36 @@ def test_plot_lines_on_a_given_ax_keeps_its_labels():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
 
 
-def test_a_token_axis_labels_every_token_up_to_40():
-    for n in (24, 40):
+def test_a_token_axis_labels_every_token_it_can_hold_readably():
+    """Every token is labelled while the axis holds the labels at a readable size where the
+    figure is shown (MIN_TICK_SIZE in a figure shown unscaled): up to 40 on the y axis of
+    plot_attention (the figure grows), and on x as many as 7.8 in allow; beyond that every k-th
+    token, evenly, never a smaller font."""
+    for n in (40,):
         tokens = [chr(ord("a") + i % 26) + str(i) for i in range(n)]
         w = torch.softmax(torch.randn(n, n), -1)
         fig = P.plot_attention(w, x_labels=tokens, y_labels=tokens)
-        assert tick_texts(fig.axes[0].xaxis) == tokens and tick_texts(fig.axes[0].yaxis) == tokens
-        fig = P.plot_heads(torch.softmax(torch.randn(4, n, n), -1), x_labels=tokens, y_labels=tokens)
-        heads = fig.axes[:4]  # the bottom row carries the x labels, the first column the y labels
-        assert tick_texts(heads[-1].xaxis) == tokens and tick_texts(heads[0].yaxis) == tokens
+        heads = P.plot_heads(torch.softmax(torch.randn(4, n, n), -1), x_labels=tokens, y_labels=tokens)
+        assert tick_texts(fig.axes[0].yaxis) == tokens  # every token on y, up to 40
+        if n <= 24:
+            assert tick_texts(fig.axes[0].xaxis) == tokens  # 24 fit too; 40 do not
+        if n <= 16:
+            assert tick_texts(heads.axes[0].yaxis) == tokens
+        for f in (fig, heads):
+            assert f.get_size_inches()[0] <= P.SHOWN_WIDTH_IN + 1e-9
+            for ax in [a for a in f.axes if a.images]:
+                for axis in (ax.xaxis, ax.yaxis):
+                    shown = [t for t in axis.get_ticklabels() if t.get_text()]
+                    if not shown:
+                        continue
+                    locs = [int(round(v)) for v in axis.get_ticklocs()]
+                    step = locs[1] - locs[0] if len(locs) > 1 else 1
+                    assert locs == list(range(0, len(tokens), step))  # evenly, from the first
+                    assert [t.get_text() for t in shown] == tokens[::step]
+                    assert min(t.get_fontsize() for t in shown) >= P.MIN_TICK_SIZE
+            _, renderer = rendered(f)
+            for ax in [a for a in f.axes if a.images]:
+                _assert_no_collisions(f, ax, renderer)
 
 
 def test_no_two_groups_share_a_colour_in_one_figure():
@@ -919,6 +940,322 @@ def test_chinese_renders_through_an_installed_cjk_font(capfd):
     assert fig.axes[0].get_title() == "注意力（attention）"
     assert capfd.readouterr().err == ""
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Every figure as the notebook shows it: coinciding curves both visible, readable text
+# ----------------------------------------------------------------------------------------------
+
+
+def shown(fig):
+    """Render ``fig`` with Agg as a notebook shows it: at 100 dpi, scaled down to 800 px when it
+    is wider (its padding included). Returns (RGB image, renderer)."""
+    fig.set_dpi(P.SHOWN_DPI * P._shown_scale(fig))
+    return rendered(fig)
+
+
+def _path_px(artist):
+    """An artist's outline in display pixels: a line's vertices, a patch's path."""
+    if isinstance(artist, mpl.lines.Line2D):
+        return P._base._display_points(artist)
+    return artist.get_transform().transform(artist.get_path().vertices)
+
+
+def visible_shares(fig, artists, band_px=2):
+    """For each artist, the share of its length inside its axes where hiding it changes the
+    image as shown, within ``band_px`` pixels of its path: how much of it a reader sees."""
+    on, _ = shown(fig)
+    h, w = on.shape[:2]
+    paths = [P._base._along(_path_px(a), 1.0) for a in artists]  # as drawn (hiding one moves none)
+    shares = []
+    for artist, pts in zip(artists, paths):
+        artist.set_visible(False)
+        off, _ = shown(fig)
+        artist.set_visible(True)
+        changed = np.abs(on - off).max(-1) > 80  # more than antialiasing
+        grown = np.zeros_like(changed)
+        for dy in range(-band_px, band_px + 1):
+            for dx in range(-band_px, band_px + 1):
+                grown[max(0, dy):h + min(0, dy), max(0, dx):w + min(0, dx)] |= \
+                    changed[max(0, -dy):h - max(0, dy), max(0, -dx):w - max(0, dx)]
+        box = artist.axes.bbox
+        pts = pts[(pts[:, 0] > box.x0 + 2) & (pts[:, 0] < box.x1 - 2)
+                  & (pts[:, 1] > box.y0 + 2) & (pts[:, 1] < box.y1 - 2)]
+        assert len(pts) > 20, "the curve must lie inside its axes"
+        cols = np.clip(np.round(pts[:, 0]).astype(int), 0, w - 1)
+        rows = np.clip(np.round(h - pts[:, 1]).astype(int), 0, h - 1)
+        shares.append(float(grown[rows, cols].mean()))
+    return shares
+
+
+SIZES = np.array([256, 512, 1024, 2048, 4096], dtype=float)
+
+
+def _lines_coinciding():
+    x = np.linspace(0.0, 1.0, 41)  # dense markers, as in chapter 07's temperature sweep
+    fig = P.plot_lines(x, {"measured": 1 + x**2, "theory: 1 + x²": 1 + x**2})
+    ax = fig.axes[0]
+    return fig, [(line(ax, "theory: 1 + x²"), line(ax, "measured"))]
+
+
+def _cost_coinciding():
+    t, m = 1e-9 * SIZES**2, 4.0 * SIZES**2
+    fig = P.plot_cost(SIZES, {"reference code": t, "yours": t, "theory: S²": t},
+                      memory={"reference code": m, "yours": m, "theory: ∝ S²": m})
+    ax_t, ax_m = fig.axes  # rendered in the time panel; the memory panel's curves look alike
+    return fig, [(line(ax_t, "theory: S²"), line(ax_t, "yours")),
+                 (line(ax_t, "yours"), line(ax_t, "reference code"))]
+
+
+def _histograms_coinciding():
+    x = np.random.default_rng(0).normal(size=2000)
+    fig = P.plot_histograms({"reference": x, "yours": x.copy()}, bins=20)
+    fill_a, out_a, fill_b, out_b = fig.axes[0].patches
+    return fig, [(out_b, out_a)]
+
+
+def _panels_coinciding():
+    fig, axes = P.panels(2, title="two panels, one reference line each")
+    P.plot_lines(D_KS, {"measured": D_KS, "theory: d_k": D_KS}, logx=True, logy=True, ax=axes[0])
+    P.plot_lines(D_KS, {"measured, scaled": [1.0] * 10, "theory: 1": [1.0] * 10}, logx=True,
+                 ax=axes[1])
+    return fig, [(line(axes[0], "theory: d_k"), line(axes[0], "measured")),
+                 (line(axes[1], "theory: 1"), line(axes[1], "measured, scaled"))]
+
+
+def line(ax, name):
+    """The curve of series ``name`` on ``ax``."""
+    return next(ln for ln in ax.lines if ln._course_name == name)
+
+
+# Every public figure function draws coinciding curves here (a measured series equal to its
+# reference, or to another measured one), or is listed as drawing none.
+COINCIDING = {
+    "plot_lines": _lines_coinciding,
+    "plot_cost": _cost_coinciding,
+    "plot_histograms": _histograms_coinciding,
+    "panels": _panels_coinciding,  # plot_lines on a caller's axes, two panels
+}
+NO_CURVES = {"plot_attention", "plot_heads", "plot_mask", "plot_compare", "plot_masks", "plot_tree"}
+NOT_FIGURES = {"series_color", "set_colors", "reset_colors"}
+
+
+def test_every_public_figure_function_is_tested_with_coinciding_curves():
+    public = {n for n in P.__all__ if inspect.isfunction(getattr(P, n))}
+    public |= {n for n in dir(P) if n.startswith("plot_") and callable(getattr(P, n))}
+    unknown = public - set(COINCIDING) - NO_CURVES - NOT_FIGURES
+    assert not unknown, f"add a coinciding-curves scenario (COINCIDING) for {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("func", sorted(COINCIDING))
+def test_coinciding_curves_are_both_visible_as_shown(func):
+    """The curve on top shows over most of its length; the one under it still shows (between a
+    reference line's dashes, or as an outline around a measured curve drawn on it)."""
+    fig, pairs = COINCIDING[func]()
+    tops, unders = [t for t, _ in pairs], [u for _, u in pairs]
+    artists = list(dict.fromkeys(tops + unders))
+    share = dict(zip(artists, visible_shares(fig, artists)))
+    for top, under in pairs:
+        assert share[top] >= 0.6, (func, top.get_label(), share[top])
+        assert share[under] >= 0.25, (func, under.get_label(), share[under])
+    lines = [ln for ax in fig.axes for ln in ax.lines]
+    refs = [ln for ln in lines if ln._course_role == "reference"]
+    measured = [ln for ln in lines if ln._course_role == "measured"]
+    shown(fig)  # everything visible again
+    for top, under in pairs:  # a measured curve under another measured one is outlined
+        if getattr(top, "_course_role", None) == getattr(under, "_course_role", None) == "measured":
+            assert under._outlined >= 1
+    if func == "plot_cost":  # and so in the memory panel
+        assert line(fig.axes[1], "reference code")._outlined >= 1
+    for ref in refs:  # above every measured curve and its markers
+        assert ref.get_zorder() > max(m.get_zorder() for m in measured)
+        # where it coincides, its name is written on the line, inside the axes
+        label = ref._end_label
+        assert label is not None and label.get_text() and label.get_text() in ref._course_name
+        box, ext = ref.axes.bbox, label.get_window_extent()
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1 and box.y0 <= ext.y0 and ext.y1 <= box.y1
+    _assert_references_differ(fig)
+
+
+def _assert_references_differ(fig):
+    refs = {}
+    for ax in fig.axes:
+        for ln in ax.lines:
+            if getattr(ln, "_course_role", None) == "reference":
+                refs.setdefault(ln._course_name, (ln.get_color(), tuple(ln._unscaled_dash_pattern[1])))
+    looks = list(refs.values())
+    for i, (c1, d1) in enumerate(looks):
+        for c2, d2 in looks[i + 1:]:
+            assert c1 != c2 and d1 != d2, refs  # neither the colour nor the dashes are shared
+
+
+def test_two_reference_lines_never_share_colour_or_dashes():
+    """Chapter 12's figure: a theory line and a bound, both reference lines."""
+    d = np.arange(1, 200, dtype=float)
+    fig = P.plot_lines(d, {"k = q": np.cos(d / 50), "theory: mean of cos": np.cos(d / 50),
+                           "unrelated": 0 * d, "bound (Su et al.): scaled": np.exp(-d / 80)},
+                       groups={"theory: mean of cos": "k = q"}, logx=True)
+    _assert_references_differ(fig)
+    fig, _ = _cost_coinciding()  # one reference per panel: still one figure
+    _assert_references_differ(fig)
+    # a second call on the same axes takes the next style; the same name keeps its own
+    fig = P.plot_lines([1, 2], {"theory: a": [1, 2]})
+    P.plot_lines([1, 2], {"theory: b": [2, 3], "theory: a": [1, 2]}, ax=fig.axes[0])
+    styles = {ln.get_label(): (ln.get_color(), ln._course_slot) for ln in fig.axes[0].lines}
+    assert styles["theory: b"] != styles["theory: a"] and len(fig.axes[0].lines) == 3
+    assert len({(ln.get_color(), ln._course_slot) for ln in fig.axes[0].lines}) == 2
+
+
+def test_a_reference_line_is_not_buried_under_dense_markers():
+    """Chapter 07: the entropy reaches the bound ln S_k for large T, where 41 markers lie on the
+    dashed line. The line shows along that stretch and is named there."""
+    T = np.logspace(-2, 2, 41)
+    h = np.log(8) * (1 - np.exp(-T))
+    fig = P.plot_lines(T, {"entropy": h, "bound: ln S_k": [np.log(8)] * 41}, logx=True)
+    ax = fig.axes[0]
+    bound, entropy = line(ax, "bound: ln S_k"), line(ax, "entropy")
+    assert visible_shares(fig, [bound])[0] >= 0.6
+    shown(fig)
+    assert bound._end_label is not None and entropy in bound._coincides_with
+    assert entropy.get_markevery() is None  # thinned only while drawn, never changed for good
+
+
+def test_curves_that_only_cross_are_drawn_as_they_are():
+    x = np.linspace(0, 1, 30)
+    fig = P.plot_lines(x, {"a": x, "b": 1 - x, "theory: c": 0.5 + 0 * x})
+    shown(fig)
+    ax = fig.axes[0]
+    assert line(ax, "a")._outlined == 0 and line(ax, "theory: c")._end_label is None
+    assert line(ax, "a").get_linewidth() == line(ax, "b").get_linewidth()
+
+
+def _cell_texts(fig):
+    return [t for t in fig.findobj(P._CellText)]
+
+
+def _ch08_panels():
+    """Chapter 08's figure: three annotated heatmaps in panels(3)."""
+    fig, axes = P.panels(3, title="one head: weights and gradients, (S_q, S_k) = (5, 7)")
+    g = torch.Generator().manual_seed(0)
+    A = torch.softmax(torch.randn(5, 7, generator=g), -1)
+    dA = 3 * torch.randn(5, 7, generator=g)
+    P.plot_attention(A, ax=axes[0], title="A (weights)", annotate=True, fmt=".2f")
+    for ax, m in ((axes[1], dA), (axes[2], dA / 7)):
+        lim = m.abs().max().item()
+        P.plot_attention(m, ax=ax, vmin=-lim, vmax=lim, cmap="RdBu_r", annotate=True, fmt=".1f")
+    return fig
+
+
+@pytest.mark.parametrize(
+    "make, written",
+    [
+        (lambda: P.plot_attention(weights(10, 10)), True),
+        (lambda: P.plot_attention(weights(16, 16), annotate=True), True),
+        (lambda: P.plot_attention(weights(30, 30), annotate=True), False),  # too many cells
+        (lambda: P.plot_heads(weights(4, 6, 6), annotate=True), True),
+        (lambda: P.plot_compare(weights(8, 8), weights(8, 8, seed=1)), None),
+        (_ch08_panels, True),
+    ],
+    ids=["attention-10", "attention-16", "attention-30", "heads", "compare", "ch08-panels"],
+)
+def test_heatmap_values_are_readable_where_shown_or_left_out(make, written):
+    """A digit of a written value is at least MIN_TEXT_PX tall in the notebook (800 px wide),
+    by its font size and, for chapter 08's figure, measured on the rendered image; values too
+    small for that are not drawn at all."""
+    fig = make()
+    _, renderer = shown(fig)
+    texts = _cell_texts(fig)
+    assert texts
+    px_per_pt = renderer.points_to_pixels(1.0)
+    for t in texts:
+        if not t.dropped:
+            assert t.get_fontsize() * px_per_pt * P._base._DIGIT_HEIGHT_EM >= P.MIN_TEXT_PX - 1e-6
+    drawn = [t for t in texts if not t.dropped]
+    if make is _ch08_panels:  # and on the rendered image: the ink of "0.xx" in A's first row
+        on, _ = shown(fig)
+        boxes = [t.get_window_extent(renderer) for t in texts[:3]]
+        for t in texts:
+            t.set_visible(False)
+        off, _ = shown(fig)
+        for t in texts:
+            t.set_visible(True)
+        h = on.shape[0]
+        for t, box in zip(texts, boxes):
+            rows = np.abs(on - off).max(-1)[int(h - box.y1) - 2:int(h - box.y0) + 2,
+                                            int(box.x0) - 2:int(box.x1) + 2]
+            ink = np.nonzero((rows > 60).any(axis=1))[0]
+            assert ink.max() - ink.min() + 1 >= P.MIN_TEXT_PX, t.get_text()
+    if written is True:
+        assert len(drawn) == len(texts)
+    elif written is False:
+        assert not drawn
+    else:  # plot_compare: expected and yours keep their values (two rows when they need it)
+        panels = [ax for ax in fig.axes if ax.images]
+        assert all(not t.dropped for t in texts if t.axes in panels[:2])
+    assert fig.get_size_inches()[0] <= P.SHOWN_WIDTH_IN + 1e-9
+
+
+def _typical_figures():
+    tokens = [f"t{i}" for i in range(24)]
+    fig, axes = P.panels(2)
+    P.plot_lines([1, 2, 3], {"a long name of a measured series": [1, 2, 3]}, ax=axes[0])
+    P.plot_lines([1, 2, 3], {"another long name of a series": [3, 2, 1]}, ax=axes[1])
+    return {
+        "attention": P.plot_attention(weights(24, 24), tokens, tokens),
+        "heads": P.plot_heads(weights(4, 24, 24), tokens, tokens),
+        "heads-8": P.plot_heads(weights(8, 12, 12)),
+        "mask": P.plot_mask(torch.ones(24, 24, dtype=torch.bool).tril(), tokens, tokens),
+        "compare": P.plot_compare(weights(6, 6), weights(6, 6, seed=1), tokens[:6], tokens[:6]),
+        "lines": variance_plot(),
+        "lines-long-legend": P.plot_lines(D_KS, {"bound (Su et al.): (2/D)Σ|S_j|, scaled": D_KS,
+                                                 "k = q: mean score / ‖q‖²": D_KS}, logx=True),
+        "cost": P.plot_cost(SIZES, {"naive softmax, masked": SIZES**2, "F.sdpa, is_causal=True": SIZES}),
+        "cost-memory": _cost_coinciding()[0],
+        "histograms": P.plot_histograms({"unscaled": np.arange(10.0), "scaled": np.arange(10.0) / 3}),
+        "masks": P.plot_masks({"causal (ch. 04)": torch.ones(16, 16).tril().bool(),
+                               "sliding window, w = 3, causal (ch. 10)": torch.ones(16, 16).tril().triu(-2).bool(),
+                               "strided sparse, stride 4 (ch. 10)": torch.eye(16).bool()}, tick_every=4),
+        "panels": fig,
+    }
+
+
+RENDERED = {"heads"}  # the others are rendered, as shown, by the tests above
+
+
+def test_figures_fit_the_notebook_and_their_tick_labels_are_readable_there():
+    """Every figure made here is at most SHOWN_WIDTH_IN wide (shown unscaled in an 800 px
+    notebook), and every tick label is at least MIN_TICK_SIZE there. (plot_tree draws a
+    caller's diagram at the caller's size: not covered.)"""
+    for name, fig in _typical_figures().items():
+        assert fig.get_size_inches()[0] <= P.SHOWN_WIDTH_IN + 1e-9, name
+        if name not in RENDERED:
+            continue
+        _, renderer = shown(fig)
+        scale = P._shown_scale(fig)
+        for ax in fig.axes:
+            for t in ax.get_xticklabels() + ax.get_yticklabels():
+                if t.get_visible() and t.get_text():
+                    assert t.get_fontsize() * scale >= P.MIN_TICK_SIZE - 1e-9, (name, t.get_text())
+            if ax.images or ax.lines:
+                _assert_no_collisions(fig, ax, renderer)
+
+
+@pytest.mark.parametrize(
+    "lo, hi, at_least",
+    [(0.158, 0.35, 3), (0.5, 4.0, 3), (1e-5, 0.2, 4), (1e-3, 1e9, 4)],
+)
+def test_a_log_axis_shows_enough_tick_labels_to_read(lo, hi, at_least):
+    """Chapter 06: a gradient norm from 0.16 to 0.35 on a log axis had two tick labels."""
+    x = np.arange(1, 25)
+    fig = P.plot_lines(x, {"pre-norm": np.geomspace(hi, lo, 24), "post-norm": np.geomspace(lo, hi, 24)},
+                       logy=True)
+    ax = fig.axes[0]
+    _, renderer = shown(fig)
+    labels = [t.get_text() for t in ax.get_yticklabels()
+              if t.get_text() and lo * 0.99 <= t.get_position()[1] <= hi * 1.01]
+    assert len(labels) >= at_least, labels
+    assert not [t for t in ax.yaxis.get_minorticklabels() if t.get_text()]  # minor: unlabelled
+    _assert_no_collisions(fig, ax, renderer)
 
 
 # ----------------------------------------------------------------------------------------------

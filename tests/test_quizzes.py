@@ -147,3 +147,48 @@ def test_release_leaves_unanswered_questions_defined(assignment):
             assert "raise" not in src and "NotImplementedError" not in src, (
                 f"{assignment} {gid}: the release's answer cell raises; it should only hold answer_{gid[5:]} = None")
             exec(compile(src, f"{assignment} {gid}", "exec"), {})
+
+
+def _hidden(assignment: str, quiz: str) -> str:
+    for gid, src, _ in _cells(ROOT / "solutions" / assignment / f"{assignment}.ipynb"):
+        if gid == f"test_{quiz}" and "### BEGIN HIDDEN TESTS" in src:
+            return src.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0]
+    return ""
+
+
+def _probes(kind, kw, answer):
+    if kind == "check_choice":
+        letters = kw.get("choices", "abcd")
+        return [*letters, str(answer).upper(), f" {answer} ", "e"]
+    step = 10.0 ** -kw.get("decimals", 2)
+    value = float(answer)
+    return [answer, value] + [value + f * step for f in (-1.5, -1, -0.6, -0.51, -0.49, -0.3, 0.3, 0.49, 0.51, 0.6, 1, 1.5)]
+
+
+@pytest.mark.parametrize("assignment,quiz,kind,kw,answer", QUIZZES, ids=IDS)
+def test_the_grade_and_the_visible_check_agree_on_every_answer(assignment, quiz, kind, kw, answer):
+    """A quiz's hidden test (what nbgrader scores) accepts exactly what its visible check accepts:
+    the same rounding of a number to ``decimals`` places, the same letters. Probed at the answer,
+    around each rounding boundary and at the other letters (issue 26: a visible ✅ that scored 0,
+    and a wrong answer that scored)."""
+    hidden = _hidden(assignment, quiz)
+    assert hidden.strip(), f"{assignment} {quiz}: no hidden test"
+    var = "answer_" + quiz.split("_")[-1]
+    args = {k: kw[k] for k in ("key", "why", "hint", "qid")}
+    for probe in _probes(kind, kw, answer):
+        try:
+            with redirect_stdout(io.StringIO()):
+                if kind == "check_choice":
+                    check_choice(probe, kw.get("choices", "abcd"), **args)
+                else:
+                    check_number(probe, decimals=kw.get("decimals", 2), **args)
+            visible = True
+        except CheckFailure:
+            visible = False
+        try:
+            exec(hidden, {var: probe})
+            graded = True
+        except AssertionError:
+            graded = False
+        assert visible == graded, (f"{assignment} {quiz}: {var} = {probe!r}: the visible check "
+                                   f"{'accepts' if visible else 'rejects'} it, the grade {'scores' if graded else 'does not'}")

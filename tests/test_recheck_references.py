@@ -63,3 +63,25 @@ def test_recheck_passes_the_reference(name, modules):
     notes = []
     verdict = verify.verify_one(name, _definitions(*modules), notes, seed=424242)
     assert verdict.ok, f"{name}: {verdict.reason} {notes}"
+
+
+def test_recheck_counts_work_as_the_visible_check_does():
+    """A work budget (multiply-adds, ``Budget.work``) holds in grading too: a causal
+    ``flash_attention`` that computes the key blocks above the diagonal (masked, never skipped)
+    gives right values, fails the visible check on the budget, and fails the re-check the same way."""
+    from grader import verify
+    from utils.checks import EXERCISES
+    from utils.checks._ch13 import NO_SKIP
+    from utils.checks._core import run_check
+
+    source = _definitions(_common, _ch13)
+    skip = "k_end = min(s_k, q_start + br + offset) if causal else s_k"
+    assert sum(skip in chunk for chunk in source) == 1
+    no_skip = [chunk.replace(skip, "k_end = s_k") for chunk in source]
+    namespace = {}
+    exec("\n\n".join(no_skip), namespace)
+    with pytest.raises(Exception, match="multiply-adds") as visible:
+        run_check(EXERCISES["flash_attention"], namespace["flash_attention"], quiet=True)
+    assert NO_SKIP[:40] in str(visible.value)
+    verdict = verify.verify_one("flash_attention", no_skip, [], seed=424242)
+    assert not verdict.ok and "multiply-adds" in verdict.reason, verdict.reason

@@ -64,7 +64,7 @@ def test_correct_answer_in_numpy_passes(capsys):
 
 
 def test_variance_prompt_states_the_draw_order():
-    contract = EXERCISES["dot_product_variance"].contract
+    contract = EXERCISES["dot_product_variance"].contract.docstring()
     for phrase in ("first q = torch.randn(n_samples, d_k), then k = torch.randn(n_samples, d_k) (float32)",
                    "the check seeds it before each call", "dividing by n_samples - 1"):
         assert phrase in " ".join(contract.split()), phrase

@@ -195,7 +195,7 @@ def test_ch08_learner_backward_never_runs_at_large_s():
 # ---------------------------------------------------------------- the examiner's mistakes outside the banks
 def test_entropy_keeps_the_input_dtype():
     msg = _fails("attention_entropy", lambda w: -torch.special.xlogy(w.double(), w.double()).sum(-1))
-    assert "same dtype as the input" in msg, msg
+    assert "returned float64 for float32 inputs" in msg and "keeps the floating inputs' dtype" in msg, msg
 
 
 def test_rollout_normalised_before_identity_is_named():

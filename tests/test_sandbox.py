@@ -1,4 +1,5 @@
 """The grading sandbox, directly: what learner code can and cannot do inside it."""
+import json
 import os
 import pwd
 import shutil
@@ -217,3 +218,38 @@ def test_grading_as_an_ordinary_user_gains_nothing_and_touches_nothing(tmp_path,
     assert json.loads((subs / "correct" / bank.A / f"{bank.A}.ipynb").read_text())["cells"]
     for d in ("/", "/tmp", "/work", str(root)):
         assert not os.path.exists(os.path.join(d, "CANARY-escaped")), d
+
+
+def test_a_sandboxed_process_sees_none_of_the_graders_environment(monkeypatch):
+    """Issue 25 §1: a kernel cell that prints os.environ (round 3 printed PGPASSWORD,
+    AWS_SECRET_ACCESS_KEY and CANVAS_API_TOKEN into a student's feedback) shows an allow-list only."""
+    secrets = {"PGPASSWORD": "pg-secret", "AWS_SECRET_ACCESS_KEY": "aws-secret", "CANVAS_API_TOKEN": "canvas-token",
+               "GRADEBOOK_URL": "postgresql://grader:pw@db/x", "SOME_TOKEN": "tok"}
+    for k, v in secrets.items():
+        monkeypatch.setenv(k, v)
+    res = _run("import json, os\nprint(json.dumps(dict(os.environ)))")
+    env = json.loads(res.stdout.strip().splitlines()[-1])
+    assert not set(secrets) & set(env) and not any(v in res.stdout for v in secrets.values()), env
+    assert env["HOME"] == sandbox.WORKDIR if res.isolated else True
+
+
+@needs_bwrap
+def test_a_read_only_sandbox_writes_nowhere_and_gets_its_descriptor():
+    """The re-check's sandbox: nothing writable (working folder, HOME, /tmp, /dev/shm), and a
+    descriptor passed in is there at its number."""
+    r, w = os.pipe()
+    code = ("import os, sys\nout = []\n"
+            "for d in ('.', '/tmp', '/tmp/sandbox', '/dev/shm', os.environ['HOME']):\n"
+            "    try:\n        open(os.path.join(d, 'x'), 'w'); out.append(d)\n    except OSError:\n        pass\n"
+            "os.write(int(sys.argv[1]), repr(out).encode())\n")
+    try:
+        res = sandbox.run([PY, "t.py", str(w)], files={"t.py": code.encode()}, read_only=True, pass_fds=(w,),
+                          limits=sandbox.Limits(wall_seconds=60))
+        os.close(w)
+        w = None
+        got = os.read(r, 1000).decode()
+    finally:
+        os.close(r)
+        if w is not None:
+            os.close(w)
+    assert got == "[]", (got, res.stderr)

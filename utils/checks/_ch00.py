@@ -1,11 +1,11 @@
 """Checks for chapter 00 — foundations: stable softmax and log-sum-exp."""
-import math
-
 import torch
 
 from .. import reference as ref
+from ._contract import Contract
 from ._core import Case, Exercise, Mutant, Variant, compare, describe, generator, randn, rng
 from ._forbid import LOGSUMEXP, SOFTMAX
+from ._guards import INPLACE
 from ._registry import register
 
 __all__ = ["check_softmax", "check_logsumexp"]
@@ -15,13 +15,6 @@ NEG_INF = float("-inf")
 
 
 # ---------------------------------------------------------------- cases (shared by both)
-def _on_a_copy(fn, case: Case):
-    """Call fn on a copy of x: an answer that edits x in place must not change the case for the
-    diagnosis (the float64 gradient cases, which pass x itself, catch the in-place edit)."""
-    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)
-    return fn(*args, **case.kwargs)
-
-
 def _judge_lse_all_minus_inf(x: torch.Tensor, dim: int):
     """logsumexp of a slice that is entirely -inf: -inf (log 0, torch's) or NaN (the plain formula)."""
     expected = torch.logsumexp(x.double(), dim=dim)  # -inf on the empty slices, finite elsewhere
@@ -52,8 +45,7 @@ def _cases(seed: int, exercise: str) -> list:
 
     def add(label, x, dim=-1, grad=False, **extra):
         label = f"{label}: x {tuple(x.shape)}{' float64' if x.dtype == F64 else ''}, dim={dim}"
-        run = None if grad else _on_a_copy
-        cases.append(Case(label, (x,), {"dim": dim}, grad=grad, run=run, **extra))
+        cases.append(Case(label, (x,), {"dim": dim}, grad=grad, **extra))
 
     add("2-D, over the last dim", randn(3, 6, gen=g))
     add("a 1-D vector", randn(7, gen=g))
@@ -109,18 +101,6 @@ def _softmax_cases(seed: int) -> list:
 
 def _lse_cases(seed: int) -> list:
     return _cases(seed, "logsumexp")
-
-
-def _dtype_tip(name: str):
-    def tip(impl) -> str | None:
-        x = torch.randn(2, 3)
-        out = impl(x, dim=-1)
-        if isinstance(out, torch.Tensor) and out.dtype != x.dtype:
-            return (f"your {name} returns {out.dtype} for a float32 input; torch.{name} keeps the input's "
-                    "dtype (later chapters mix dtypes less if yours does too).")
-        return None
-
-    return tip
 
 
 # ---------------------------------------------------------------- softmax
@@ -184,8 +164,6 @@ def _softmax_zeros_for_empty(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-30)  # an all -inf slice gives 0, not NaN
 
 
-INPLACE_INPUT_HINT = ("x was edited in place (e.g. `x -= x.max(...)`): that changes the caller's tensor, and "
-                      "autograd refuses it on a tensor that requires grad; write `x = x - m` (a new tensor).")
 INPLACE_EXP_HINT = ("the exponentials were normalised in place (`e /= e.sum(...)`): torch.exp saved its output "
                     "for the backward pass, so the gradient breaks; write `e / e.sum(...)` (a new tensor).")
 
@@ -200,7 +178,7 @@ SOFTMAX_MUTANTS = [
     Mutant("sum_without_keepdim", "the sum was taken without keepdim=True, so e / e.sum(dim) broadcasts against the wrong axis: use e.sum(dim=dim, keepdim=True).", _softmax_sum_no_keepdim),
     Mutant("denominator_not_shifted", "the numerator is exp(x - m) but the denominator sums exp(x): subtract the same max in both (e = exp(x - m); e / e.sum(...)).", _softmax_denominator_unshifted),
     Mutant("inplace_normalise", INPLACE_EXP_HINT, _softmax_inplace_normalise),
-    Mutant("inplace_input", INPLACE_INPUT_HINT, _softmax_inplace_input),
+    Mutant("inplace_input", f"softmax {INPLACE.format(name='x')}", _softmax_inplace_input),
     Mutant("zeros_for_all_minus_inf", "a slice that is entirely -inf gave zeros; the exercise asks for NaN there (0/0, as torch.softmax gives): do not clamp the sum or replace NaN.", _softmax_zeros_for_empty),
 ]
 
@@ -235,22 +213,18 @@ SOFTMAX_EXERCISE = Exercise(
     name="softmax",
     reference=ref.softmax,
     make_cases=_softmax_cases,
-    forbidden=(SOFTMAX, LOGSUMEXP),  # exp(x - logsumexp(x)) would hand over the softmax
     mutants=SOFTMAX_MUTANTS,
     variants=[Variant("movedim_and_loops", _v_softmax_moveaxis_loops),
               Variant("float64_inside_guarded_max", _v_softmax_float64_guarded, demo=True),
               Variant("detached_max_reciprocal", _v_softmax_detached_max)],
-    tips=(_dtype_tip("softmax"),),
-    contract="""Softmax along `dim`, computed stably: exp(x - m) / sum(exp(x - m)), m the max along `dim`.
+    contract=Contract("""Softmax along `dim`, computed stably: exp(x - m) / sum(exp(x - m)), m the max along `dim`.
 
     x: a float tensor of any shape;  dim: the dim to normalise over (negative or positive).
     Returns a tensor of x's shape whose entries along `dim` are >= 0 and sum to 1.
     Finite inputs of any magnitude (about ±1000 included) give finite results: no overflow, no 0/0.
     An entry equal to -inf gets weight 0; a slice along `dim` that is entirely -inf gives NaN
     (0/0, as torch.softmax gives).
-    Gradients are checked too: do not edit x, or a tensor autograd needs, in place.
-    Write it yourself: torch.softmax, F.softmax, log_softmax and torch.logsumexp are off limits.
-    """,
+    """, forbid=(SOFTMAX, LOGSUMEXP), grad="x", kinds={"x": "scores"}),
 )
 check_softmax = register(SOFTMAX_EXERCISE)
 
@@ -319,7 +293,7 @@ LOGSUMEXP_MUTANTS = [
     Mutant("sum_over_whole_tensor", "the exp was summed over the whole tensor instead of along `dim`: use .sum(dim=dim).", _lse_sum_all),
     Mutant("max_without_keepdim", "the max was taken without keepdim=True, so x - m broadcasts against the wrong axis (it fails, or subtracts another slice's max): take m = x.amax(dim=dim, keepdim=True) for the exp, and squeeze `dim` at the end.", _lse_max_no_keepdim),
     Mutant("squeeze_every_dim", "squeeze() without an argument removed every size-1 dim, not only `dim`: use .squeeze(dim).", _lse_squeeze_all),
-    Mutant("inplace_input", INPLACE_INPUT_HINT, _lse_inplace_input),
+    Mutant("inplace_input", f"logsumexp {INPLACE.format(name='x')}", _lse_inplace_input),
     Mutant("log1p_of_sum", "you took log1p of the sum, log(1 + sum(exp(x - m))): the sum already contains the max's own term exp(0) = 1, so log1p adds 1 more; use torch.log of the sum.", _lse_log1p),
     Mutant("log_of_mean", "you took the log of the mean of the exponentials, not of their sum (off by log n): use .sum(dim=dim).", _lse_log_of_mean),
 ]
@@ -349,20 +323,16 @@ LOGSUMEXP_EXERCISE = Exercise(
     name="logsumexp",
     reference=ref.logsumexp,
     make_cases=_lse_cases,
-    forbidden=(LOGSUMEXP, SOFTMAX),  # log_softmax would hand over logsumexp = x - log_softmax(x)
     mutants=LOGSUMEXP_MUTANTS,
     variants=[Variant("guarded_max", _v_lse_guarded), Variant("float64_and_loops", _v_lse_float64_loops, demo=True),
               Variant("max_values_unsqueezed", _v_lse_max_values)],
-    tips=(_dtype_tip("logsumexp"),),
-    contract="""log(sum(exp(x))) along `dim`, computed stably as m + log(sum(exp(x - m))), m the max along `dim`.
+    contract=Contract("""log(sum(exp(x))) along `dim`, computed stably as m + log(sum(exp(x - m))), m the max along `dim`.
 
     x: a float tensor of any shape;  dim: the dim to reduce (negative or positive).
     Returns x's shape without `dim` (like torch.logsumexp(x, dim), keepdim=False).
     Finite inputs of any magnitude (about ±1000 included) give finite results: no overflow, no log(0).
     An entry equal to -inf adds exp(-inf) = 0; a slice along `dim` that is entirely -inf may give
     -inf (log 0, as torch.logsumexp gives) or NaN (what -inf - (-inf) gives in the formula above).
-    Gradients are checked too: do not edit x, or a tensor autograd needs, in place.
-    Write it yourself: torch.logsumexp, softmax and log_softmax are off limits.
-    """,
+    """, forbid=(LOGSUMEXP, SOFTMAX), grad="x", kinds={"x": "scores"}),
 )
 check_logsumexp = register(LOGSUMEXP_EXERCISE)

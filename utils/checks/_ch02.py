@@ -8,7 +8,9 @@ import torch.nn.functional as F
 
 from .. import reference as ref
 from .._guard import unguarded
-from ._core import Case, Exercise, Mutant, Variant, build_module, generator, randn, random_padding_mask, rng
+from ._contract import Contract
+from ._core import (Case, Exercise, Mutant, Variant, generator, layout_judge, parameter_layout, randn,
+                    random_padding_mask, rng)
 from ._forbid import MHA, SDPA
 from ._registry import register
 
@@ -30,35 +32,7 @@ NAMES_HINT = ("use the attribute names the exercise gives: self.W_q, self.W_k an
               "(the check loads its weights into them by name).")
 SHAPES_HINT = ("nn.Linear(in_features, out_features) stores a weight of shape (out, in): W_q = nn.Linear(query_dim, "
                "attn_dim), W_k = nn.Linear(key_dim, attn_dim), w_v = nn.Linear(attn_dim, 1).")
-
-
-def _param_layout(cls, case: Case):
-    """Build the learner's module (no weights loaded) and list its parameters: [[name, shape], ...]."""
-    init = {k: v for k, v in case.init.items() if k != "state"}
-    module = build_module(cls, replace(case, init=init))
-    return sorted([name, list(t.shape)] for name, t in module.state_dict().items())
-
-
-def _judge_layout(dq: int, dk: int, attn_dim: int):
-    expected = _layout(dq, dk, attn_dim)
-
-    def judge(got) -> str | None:
-        try:
-            mine = {str(name): [int(n) for n in shape] for name, shape in got}
-        except (TypeError, ValueError):
-            return "the module's parameters could not be listed."
-        where = f"AdditiveAttention({dq}, {dk}, {attn_dim}) has parameters {sorted(mine)}"
-        if any(name.endswith(".bias") for name in mine):
-            return f"{where}. Likely mistake: {BIAS_HINT}"
-        if set(mine) != set(expected):
-            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {NAMES_HINT}"
-        for name, shape in expected.items():
-            if mine[name] != shape:
-                return (f"{name} has shape {tuple(mine[name])}, expected {tuple(shape)}. Likely mistake: "
-                        f"{SHAPES_HINT}")
-        return None
-
-    return judge
+HINTS = {"bias": BIAS_HINT, "no_bias": NAMES_HINT, "names": NAMES_HINT, "shapes": SHAPES_HINT}
 
 
 # ---------------------------------------------------------------- cases
@@ -69,6 +43,10 @@ def _scores_by_hand(state: dict, q: torch.Tensor, k: torch.Tensor) -> torch.Tens
     return (feats @ state["w_v.weight"].T).squeeze(-1)  # (B, S_q, S_k)
 
 
+def _case_scores(case) -> torch.Tensor:
+    return _scores_by_hand(case.init["state"], case.args[0].float(), case.args[1].float())
+
+
 def _cases(seed: int) -> list:
     """The parameters first, then typical sizes and masks, gradients (float64, for the inputs and
     W_q, W_k, w_v), then the edges (S = 1, attn_dim = 1, leading masked keys, a masked key holding
@@ -76,8 +54,9 @@ def _cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
     dims = (4, 6, 8)
-    cases.append(Case(f"the parameters of AdditiveAttention{dims}: names and shapes", init={"ctor": dims, "seed": seed},
-                      run=_param_layout, judge=_judge_layout(*dims)))
+    cases.append(Case(f"the parameters of AdditiveAttention{dims}: names and shapes",
+                      init={"ctor": dims, "seed": seed, "buffers": True}, run=parameter_layout,
+                      judge=layout_judge(f"AdditiveAttention{dims}", _layout(*dims), HINTS)))
 
     def add(label, batch, s_q, s_k, dq, dk, attn_dim, d_v, mask=None, scale=1.0, grad=False, dtype=torch.float32,
             v_scale=1.0, hide_best=False, tol=None):
@@ -114,7 +93,6 @@ def _cases(seed: int) -> list:
     grad_mask[1, 2, :3] = False  # a row whose leading keys are masked
     add("gradients (float64) with a fully masked row", 2, 4, 5, 4, 3, 5, 3, mask=grad_mask, grad=True, dtype=F64)
     add("a single decoder step (S_q = 1)", 2, 1, 6, 5, 3, 7, 4)
-    add("a single query and key (S = 1)", 1, 1, 1, 3, 2, 4, 5)
     add("attn_dim = 1", 2, 3, 4, 3, 3, 1, 2)
     lead_mask = torch.ones(2, 3, 6, dtype=torch.bool)
     lead_mask[:, :, :4] = False  # the softmax of every row starts with -inf
@@ -437,7 +415,6 @@ EXERCISE = Exercise(
     reference=ref.AdditiveAttention,
     make_cases=_cases,
     kind="class",
-    forbidden=(SDPA, MHA),
     mutants=MUTANTS,
     variants=[Variant("other_parameter_order_einsum", _VOtherOrderEinsum),
               Variant("decoder_steps_float64", _VDecoderStepsFloat64, demo=True), Variant("expand_and_bmm", _VExpandCat)],
@@ -445,7 +422,7 @@ EXERCISE = Exercise(
     rescale=_rescale,
     scale_names=_scale_names,
     input_names=("query", "keys", "values"),
-    contract="""Additive (Bahdanau) attention: score(q_i, k_j) = w_vᵀ tanh(W_q q_i + W_k k_j).
+    contract=Contract("""Additive (Bahdanau) attention: score(q_i, k_j) = w_vᵀ tanh(W_q q_i + W_k k_j).
 
     __init__(query_dim, key_dim, attn_dim) creates these three layers (in any order), and no
     other parameters or buffers; the check loads its weights into them by name:
@@ -458,8 +435,6 @@ EXERCISE = Exercise(
         Returns context (B, S_q, D_v) and weights (B, S_q, S_k): the weights are the softmax of
         the scores over the keys (masked keys get weight 0), and context == weights @ values.
         A fully masked query row gets zero weights and a zero context.
-    Models train through this module, so gradients are checked too, for the inputs and for
-    W_q, W_k and w_v (fully masked rows included): no in-place edits of tensors autograd needs.
-    """,
+    """, forbid=(SDPA, MHA), grad="query, keys, values, W_q, W_k and w_v (fully masked rows included)", kinds={"mask": "mask"}, scores=_case_scores),
 )
 check_AdditiveAttention = register(EXERCISE)

@@ -12,8 +12,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import reference as ref
-from ._core import Case, Exercise, Mutant, Variant, build_module, describe, generator, largest_tensor, randn, rng
+from ._contract import Contract
+from ._contract import Dropout
+from ._core import Case, Exercise, Mutant, Variant, build_module, generator, layout_judge, parameter_layout, randn, rng
 from ._forbid import MHA, SDPA
+from ._guards import STATE, dropout_hint
 from ._registry import register
 
 __all__ = [
@@ -41,48 +44,6 @@ def random_state(layout, g: torch.Generator) -> dict:
         scale = 1.0 / math.sqrt(shape[-1]) if len(shape) == 2 else 0.1
         state[name] = randn(*shape, gen=g, scale=scale)
     return state
-
-
-def _param_layout(cls, case: Case):
-    """Build the learner's module (no weights loaded) and list its parameters: [[names, shape], ...].
-
-    One entry per distinct parameter, with every name it is reachable under (a layer also held in
-    an nn.ModuleList is one parameter with two names). Buffers are not parameters: not listed.
-    """
-    init = {k: v for k, v in case.init.items() if k != "state"}
-    module = build_module(cls, replace(case, init=init))
-    groups: dict = {}
-    for name, p in module.named_parameters(remove_duplicate=False):
-        groups.setdefault(id(p), [[], list(p.shape)])[0].append(name)
-    return sorted([sorted(names), shape] for names, shape in groups.values())
-
-
-def _judge_layout(what: str, expected: dict, hints: dict):
-    """Judge the parameter list against ``expected`` ({name: shape}); ``hints`` name the usual slips."""
-
-    def judge(got) -> str | None:
-        try:
-            mine = {}
-            for names, shape in got:  # a parameter reachable under several names counts once, by the given name
-                names = [names] if isinstance(names, str) else [str(n) for n in names]
-                mine[next((n for n in names if n in expected), names[0])] = [int(n) for n in shape]
-        except (TypeError, ValueError, StopIteration, IndexError):
-            return "the module's parameters could not be listed."
-        where = f"{what} has parameters {sorted(mine)}"
-        has_bias = any(n.endswith(".bias") for n in mine)
-        wants_bias = any(n.endswith(".bias") for n in expected)
-        if has_bias and not wants_bias:
-            return f"{where}. Likely mistake: {hints['bias']}"
-        if wants_bias and not has_bias and set(n.replace('.bias', '.weight') for n in expected) <= set(mine):
-            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {hints['no_bias']}"
-        if set(mine) != set(expected):
-            return f"{where}, but the exercise expects {sorted(expected)}. Likely mistake: {hints['names']}"
-        for name, shape in expected.items():
-            if mine[name] != list(shape):
-                return f"{name} has shape {tuple(mine[name])}, expected {tuple(shape)}. Likely mistake: {hints['shapes']}"
-        return None
-
-    return judge
 
 
 def _f64(state: dict) -> dict:
@@ -115,13 +76,17 @@ def _sa_scores(state: dict, x: torch.Tensor) -> torch.Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 
 
+def _sa_case_scores(case: Case) -> torch.Tensor:
+    return _sa_scores(case.init["state"], case.args[0].float())
+
+
 def _self_attention_cases(seed: int) -> list:
     """Parameter layout, typical sizes and masks, gradients (float64, fully masked row), edges."""
     r, g = rng(seed), generator(seed)
     cases = []
     for ctor in ((8, 4), (6, 4, 5)):
         cases.append(Case(f"the parameters of SelfAttention{ctor}: names and shapes", init={"ctor": ctor, "seed": seed},
-                          run=_param_layout, judge=_judge_layout(f"SelfAttention{ctor}", _sa_layout(*ctor), SA_HINTS)))
+                          run=parameter_layout, judge=layout_judge(f"SelfAttention{ctor}", _sa_layout(*ctor), SA_HINTS)))
 
     def add(label, B, S, d_model, d_k=None, d_v=None, mask=None, scale=1.0, grad=False, hide_best=False):
         kwargs = {k: v for k, v in (("d_k", d_k), ("d_v", d_v)) if v is not None}
@@ -343,7 +308,6 @@ SELF_ATTENTION_EXERCISE = Exercise(
     reference=ref.SelfAttention,
     make_cases=_self_attention_cases,
     kind="class",
-    forbidden=(SDPA, MHA),
     mutants=SELF_ATTENTION_MUTANTS,
     variants=[Variant("other_parameter_order_einsum_assert", _VSelfAttentionEinsum),
               Variant("float64_loops_over_batch", _VSelfAttentionFloat64Loops, demo=True)],
@@ -351,7 +315,7 @@ SELF_ATTENTION_EXERCISE = Exercise(
     input_names=("x",),
     rescale=_sa_rescale,
     scale_names=_sa_scale_names,
-    contract="""Single-head self-attention: out = softmax(q kᵀ / sqrt(d_k)) v, q, k, v linear maps of x.
+    contract=Contract("""Single-head self-attention: out = softmax(q kᵀ / sqrt(d_k)) v, q, k, v linear maps of x.
 
     Parameters (the check loads its weights into them by name; no other parameters):
         W_q, W_k: nn.Linear(d_model, d_k, bias=False)   W_v: nn.Linear(d_model, d_v, bias=False)
@@ -360,9 +324,7 @@ SELF_ATTENTION_EXERCISE = Exercise(
         x: (B, S, d_model)   mask: bool, broadcastable to (B, S, S), True = may attend; or None
         returns out (B, S, d_v) and weights (B, S, S); a fully masked query row gets zero
         weights and a zero output.
-    Later chapters train through this module, so its gradients (for x and every parameter) are
-    checked too, in float64: no in-place edits of tensors autograd needs.
-    """,
+    """, forbid=(SDPA, MHA), grad="x, W_q, W_k and W_v (fully masked rows included)", kinds={"x": "tokens", "mask": "mask"}, scores=_sa_case_scores),
 )
 check_SelfAttention = register(SELF_ATTENTION_EXERCISE)
 
@@ -401,7 +363,7 @@ def _mha_scores_by_hand(state: dict, query, key, H: int) -> torch.Tensor:
 
 # Training-mode dropout probe: W_q = W_k = 0 (uniform weights 1/S_k), W_v = W_o = I, value = 1,
 # so out[b, i, head h's block] = the row sum of head h's dropped weights.
-_DROP_B, _DROP_S, _DROP_D, _DROP_H, _DROP_P = 2, 32, 4, 2, 0.5
+_DROP_B, _DROP_S, _DROP_D, _DROP_H = 2, 32, 4, 2
 
 
 def _dropout_probe_state() -> dict:
@@ -411,13 +373,7 @@ def _dropout_probe_state() -> dict:
             "W_o.weight": torch.eye(d), "W_o.bias": torch.zeros(d)}
 
 
-def _run_training(cls, case: Case):
-    module = build_module(cls, case)
-    module.train()
-    return module(*case.args, **case.kwargs)
-
-
-DROPOUT_IGNORED = ("in training mode with dropout=0.5 no attention weight was dropped: apply nn.Dropout(dropout) to "
+DROPOUT_IGNORED = ("in training mode no attention weight was dropped: apply nn.Dropout(dropout) to "
                    "the weights (after the softmax, before weights @ v).")
 DROPOUT_NOT_RESCALED = "dropout zeroed weights but did not rescale the kept ones by 1/(1 - dropout): nn.Dropout does both."
 DROPOUT_ON_OUTPUT = ("dropout was applied to the output, not to the attention weights: drop entries of the weights "
@@ -426,35 +382,33 @@ DROPOUT_NOT_RETURNED = ("the returned weights are the ones before dropout, but o
                         "ones: return the dropped weights, so that out is exactly what they produce.")
 
 
-def _judge_mha_dropout(got) -> str | None:
-    where = f"MultiHeadAttention({_DROP_D}, num_heads={_DROP_H}, dropout={_DROP_P}) in training mode (model.train())"
+def _mha_dropout_probe(p: float, seed: int) -> Case:
+    ones = torch.ones(_DROP_B, _DROP_S, _DROP_D)
+    return Case(f"query = key = value = ones {tuple(ones.shape)}, MultiHeadAttention({_DROP_D}, num_heads={_DROP_H}, "
+                f"dropout={p:g}) with W_q = W_k = 0 (uniform weights), W_v = W_o = I", (ones, ones, ones),
+                init={"ctor": (_DROP_D, _DROP_H), "ctor_kwargs": {"dropout": p}, "seed": seed,
+                      "state": _dropout_probe_state()})
+
+
+def _mha_dropout_consistent(case: Case, got) -> str | None:
+    """With W_v = W_o = I and value = ones, out[b, i, head h's block] is head h's row sum of the weights."""
     B, S, D, H = _DROP_B, _DROP_S, _DROP_D, _DROP_H
-    if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
-        return f"{where} should return (out, weights), got {describe(got)}."
     out, w = (t.detach().double() for t in got)
-    if tuple(out.shape) != (B, S, D) or tuple(w.shape) != (B, H, S, S):
-        return f"{where}: expected out {(B, S, D)} and weights {(B, H, S, S)}, got {tuple(out.shape)} and {tuple(w.shape)}."
-    zero = (w == 0).double().mean().item()
-    out_const = bool(torch.allclose(out, torch.ones_like(out), atol=1e-6))
-    if zero < 0.05:
-        blocks = out.view(B, S, H, D // H)
-        block_const = bool(torch.allclose(blocks, blocks[..., :1].expand_as(blocks), atol=1e-6))
-        hint = DROPOUT_IGNORED if out_const else DROPOUT_NOT_RETURNED if block_const else DROPOUT_ON_OUTPUT
-        return (f"{where}: {100 * zero:.0f}% of the weights are zero, expected about 50%. "
-                f"Likely mistake: {hint}")
-    if zero > 0.9:
-        return f"{where}: {100 * zero:.0f}% of the weights are zero, expected about 50%."
+    if tuple(out.shape) != (B, S, D):
+        return f"out should have shape {(B, S, D)}, got {tuple(out.shape)}."
     sums = w.sum(-1).transpose(1, 2).repeat_interleave(D // H, dim=-1)  # (B, S, D): head h's row sums
-    if not torch.allclose(out, sums, atol=1e-4, rtol=1e-4):
-        if torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)), atol=1e-4) or zero < 0.05:
-            return f"{where}: out does not match the returned weights. Likely mistake: {DROPOUT_NOT_RETURNED}"
-        return f"{where}: out is not what the returned weights produce (weights @ v, heads merged, W_o)."
-    kept = w[w != 0]
-    if bool(torch.allclose(kept, torch.full_like(kept, 1.0 / S), rtol=1e-4)):
-        return f"{where}: the kept weights are still 1/S_k. Likely mistake: {DROPOUT_NOT_RESCALED}"
-    if not bool(torch.allclose(kept, torch.full_like(kept, 1.0 / (S * (1 - _DROP_P))), rtol=1e-4)):
-        return f"{where}: the kept weights should be rescaled by 1/(1 - dropout)."
-    return None
+    if torch.allclose(out, sums, atol=1e-4, rtol=1e-4):
+        return None
+    if bool((w != 0).all()):  # the returned weights were not dropped, yet out differs
+        blocks = out.view(B, S, H, D // H)
+        constant = bool(torch.allclose(blocks, blocks[..., :1].expand_as(blocks), atol=1e-6))
+        return f"out does not match the returned weights. Likely mistake: {DROPOUT_NOT_RETURNED if constant else DROPOUT_ON_OUTPUT}"
+    return "out is not what the returned weights produce (weights @ v, heads merged, W_o)."
+
+
+MHA_DROPOUT = Dropout(on="each attention weight", ctor="dropout", probe=_mha_dropout_probe,
+                      values=lambda case, got: got[1], consistent=_mha_dropout_consistent,
+                      hints={"ignored": DROPOUT_IGNORED, "not_rescaled": DROPOUT_NOT_RESCALED})
 
 
 def _mha_cases(seed: int) -> list:
@@ -463,8 +417,8 @@ def _mha_cases(seed: int) -> list:
     cases = []
     for ctor, bias in (((12, 3), True), ((8, 2, 0.0, False), False)):
         cases.append(Case(f"the parameters of MultiHeadAttention{ctor}: names and shapes",
-                          init={"ctor": ctor, "seed": seed}, run=_param_layout,
-                          judge=_judge_layout(f"MultiHeadAttention{ctor}", _mha_layout(ctor[0], bias), MHA_HINTS)))
+                          init={"ctor": ctor, "seed": seed}, run=parameter_layout,
+                          judge=layout_judge(f"MultiHeadAttention{ctor}", _mha_layout(ctor[0], bias), MHA_HINTS)))
 
     def add(label, B, s_q, s_k, d_model, H, mask=None, dropout=0.0, bias=True, kind="cross", scale=1.0,
             grad=False, hide_best=False):
@@ -529,13 +483,6 @@ def _mha_cases(seed: int) -> list:
         B, s_q, s_k = r.randint(1, 3), r.randint(1, 7), r.randint(1, 7)
         mask = _key_padding(B, s_k, g) if i % 2 else None
         add(f"random case {i + 1}", B, s_q, s_k, H * d_h, H, mask=mask)
-    ones = torch.ones(_DROP_B, _DROP_S, _DROP_D)
-    cases.append(Case(f"dropout={_DROP_P} in training mode (model.train()): query = key = value = ones "
-                      f"{tuple(ones.shape)}, MultiHeadAttention({_DROP_D}, num_heads={_DROP_H}, dropout={_DROP_P}) "
-                      "with W_q = W_k = 0 (uniform weights), W_v = W_o = I",
-                      (ones, ones, ones), init={"ctor": (_DROP_D, _DROP_H), "ctor_kwargs": {"dropout": _DROP_P},
-                                                "seed": seed, "state": _dropout_probe_state()},
-                      run=_run_training, judge=_judge_mha_dropout))
     return cases
 
 
@@ -645,6 +592,8 @@ class _MHAMistake(nn.Module):
             w = returned = self.dropout(w)
         elif self.dropout_mode == "always":
             w = returned = F.dropout(w, p, training=True)
+        elif self.dropout_mode == "keep":
+            w = returned = F.dropout(w, 1 - p, training=self.training) * ((1 - p) / p if p > 0 else 1.0)
         elif self.dropout_mode == "not_rescaled" and self.training and p > 0:
             w = returned = w * (torch.rand_like(w) >= p)
         elif self.dropout_mode == "not_returned":
@@ -660,6 +609,16 @@ class _MHAMistake(nn.Module):
 
 def _mha(**attrs):
     return _variant(_MHAMistake, "MultiHeadAttention", **attrs)
+
+
+class _MHAKeepsKeys(_MHAMistake):
+    """Keeps the keys and values of every call (a KV cache inside the module) and attends to all of them."""
+
+    def forward(self, query, key, value, mask=None):
+        if getattr(self, "_kept", None) is not None and self._kept[0].shape[0] == key.shape[0] and mask is None:
+            key, value = torch.cat([self._kept[0], key], 1), torch.cat([self._kept[1], value], 1)
+        self._kept = (key.detach(), value.detach())
+        return super().forward(query, key, value, mask)
 
 
 VIEW_NO_TRANSPOSE_HINT = ("heads were mixed up in split_heads: a direct view of (B, S, d_model) as (B, H, S, D_h) "
@@ -713,6 +672,8 @@ MHA_MUTANTS = [
     Mutant("dropout_not_rescaled", DROPOUT_NOT_RESCALED, _mha(dropout_mode="not_rescaled")),
     Mutant("dropout_on_output", DROPOUT_ON_OUTPUT, _mha(dropout_mode="output")),
     Mutant("weights_returned_before_dropout", DROPOUT_NOT_RETURNED, _mha(dropout_mode="not_returned")),
+    Mutant("dropout_keep_probability", dropout_hint("keep_probability", "dropout"), _mha(dropout_mode="keep")),
+    Mutant("keys_kept_between_calls", STATE, _MHAKeepsKeys),
 ]
 
 
@@ -804,7 +765,6 @@ MHA_EXERCISE = Exercise(
     reference=ref.MultiHeadAttention,
     make_cases=_mha_cases,
     kind="class",
-    forbidden=(SDPA, MHA),
     mutants=MHA_MUTANTS,
     variants=MHA_EXERCISE_VARIANTS,
     output_names=("out", "weights"),
@@ -812,7 +772,7 @@ MHA_EXERCISE = Exercise(
     rescale=_mha_rescale,
     scale_names=_mha_scale_names,
     tips=(_indivisible_tip,),
-    contract="""Multi-head attention: H = num_heads heads of size D_h = d_model / H, in parallel.
+    contract=Contract("""Multi-head attention: H = num_heads heads of size D_h = d_model / H, in parallel.
 
     Parameters (the check loads its weights into them by name; no other parameters):
         W_q, W_k, W_v, W_o: nn.Linear(d_model, d_model, bias=bias)
@@ -825,11 +785,7 @@ MHA_EXERCISE = Exercise(
         and projected by W_o.
         returns out (B, S_q, d_model) and the per-head weights (B, H, S_q, S_k); a fully masked
         query row gets zero weights.
-    dropout acts on the attention weights in training mode only (nn.Dropout); the returned
-    weights are the dropped ones, so out is exactly what they produce.
-    Later chapters train through this module, so its gradients (for query, key, value and every
-    parameter) are checked too, in float64: no in-place edits of tensors autograd needs.
-    """,
+    """, forbid=(SDPA, MHA), grad="query, key, value and every parameter", kinds={"query": "tokens", "key": "key", "value": "value", "mask": "mask"}, dropout=MHA_DROPOUT),
 )
 check_MultiHeadAttention = register(MHA_EXERCISE)
 
@@ -953,7 +909,7 @@ check_split_heads = register(Exercise(
     run=_run_method("split_heads"),
     mutants=SPLIT_MUTANTS,
     variants=MHA_EXERCISE_VARIANTS,
-    contract="""(B, S, d_model) -> (B, H, S, D_h), H = num_heads: head h gets the features h·D_h ... (h+1)·D_h - 1.""",
+    contract=Contract("""(B, S, d_model) -> (B, H, S, D_h), H = num_heads: head h gets the features h·D_h ... (h+1)·D_h - 1.""", kinds={"x": "tensor"}),
 ))
 check_merge_heads = register(Exercise(
     name="merge_heads",
@@ -963,5 +919,5 @@ check_merge_heads = register(Exercise(
     run=_run_method("merge_heads"),
     mutants=MERGE_MUTANTS,
     variants=MHA_EXERCISE_VARIANTS,
-    contract="""(B, H, S, D_h) -> (B, S, d_model), the inverse of split_heads: head h fills the features h·D_h ... (h+1)·D_h - 1.""",
+    contract=Contract("""(B, H, S, D_h) -> (B, S, d_model), the inverse of split_heads: head h fills the features h·D_h ... (h+1)·D_h - 1.""", kinds={"x": "tensor"}),
 ))

@@ -13,8 +13,11 @@ import torch.nn.functional as F
 from .. import reference as ref
 from .._guard import unguarded
 from ._ch05 import random_state
-from ._core import Case, Exercise, Mutant, Variant, build_module, describe, generator, largest_tensor, randn, rng
+from ._contract import Contract
+from ._contract import Dropout
+from ._core import Case, Exercise, Mutant, Variant, build_module, describe, generator, randn, rng
 from ._forbid import LAYERNORM, MHA
+from ._guards import dropout_hint
 from ._registry import register
 
 __all__ = ["check_LayerNorm", "check_FeedForward", "check_DecoderLayer"]
@@ -251,13 +254,12 @@ LAYERNORM_EXERCISE = Exercise(
     reference=ref.LayerNorm,
     make_cases=_layernorm_cases,
     kind="class",
-    forbidden=(LAYERNORM,),
     mutants=LAYERNORM_MUTANTS,
     variants=[Variant("float64_var_mean_rsqrt_bias_first", _VLayerNormFloat64, demo=True),
               Variant("sums_by_hand_addcmul", _VLayerNormManual),
               Variant("eps_in_a_buffer", _VLayerNormEpsBuffer)],
     input_names=("x",),
-    contract="""Layer normalisation over the last dim: the same function as nn.LayerNorm(d_model, eps).
+    contract=Contract("""Layer normalisation over the last dim: the same function as nn.LayerNorm(d_model, eps).
 
     Parameters (nn.Parameter, by these names): weight (d_model,) initialised to ones,
         bias (d_model,) initialised to zeros.
@@ -265,16 +267,13 @@ LAYERNORM_EXERCISE = Exercise(
         weight * (x - mean) / sqrt(var + eps) + bias, with the mean and the biased variance
         (divide by d_model, not d_model - 1) over the last dim, eps inside the square root.
     A constant row (variance 0) gives bias.
-    Write it from scratch: nn.LayerNorm and F.layer_norm are not allowed.
-    Later code trains through this module, so its gradients are checked too (float64, weight
-    and bias included): no in-place edits of tensors autograd needs.
-    """,
+    """, forbid=(LAYERNORM,), grad="x, weight and bias", kinds={"x": "tensor"}),
 )
 check_LayerNorm = register(LAYERNORM_EXERCISE)
 
 
 # ---------------------------------------------------------------- FeedForward
-DROPOUT_IGNORED = ("in training mode with dropout=0.5 no hidden unit was dropped: apply nn.Dropout(dropout) to the "
+DROPOUT_IGNORED = ("in training mode no hidden unit was dropped: apply nn.Dropout(dropout) to the "
                    "ReLU activations, linear2(dropout(relu(linear1(x)))).")
 DROPOUT_AFTER_LINEAR2 = ("dropout was applied to the output of linear2; it acts on the hidden ReLU activations, "
                          "between the two linears: linear2(dropout(relu(linear1(x)))).")
@@ -294,34 +293,25 @@ def _dropout_probe_state() -> dict:
             "linear2.weight": torch.eye(d), "linear2.bias": torch.full((d,), 0.5)}
 
 
-def _run_training(cls, case: Case):
-    module = build_module(cls, case)
-    module.train()
-    return module(*case.args)
+def _ffn_dropout_probe(p: float, seed: int) -> Case:
+    x = randn(32, _DROP_D, gen=generator(seed))
+    return Case(f"x {tuple(x.shape)}, FeedForward({_DROP_D}, {_DROP_D}, dropout={p:g}), linear1 = 0·x + 1, "
+                f"linear2 = I + 0.5", (x,), init={"ctor": (_DROP_D, _DROP_D), "ctor_kwargs": {"dropout": p},
+                                                   "seed": seed, "state": _dropout_probe_state()})
 
 
-def _judge_ffn_dropout(got) -> str | None:
-    where = "FeedForward(64, 64, dropout=0.5) in training mode (model.train())"
+def _ffn_dropout_consistent(case: Case, got) -> str | None:
+    """Every output entry is 0.5 + a hidden unit (0 when dropped): a zero entry means the output was dropped."""
     if not isinstance(got, torch.Tensor) or tuple(got.shape) != (32, _DROP_D):
-        return f"{where} should return a tensor of shape (32, {_DROP_D}), got {describe(got)}."
-    y = got.detach().double()
-
-    def frac(value):
-        return float(((y - value).abs() < 1e-4).double().mean())
-
-    if frac(1.5) > 0.95:
-        return f"{where}: the output is the same as in eval mode. Likely mistake: {DROPOUT_IGNORED}"
-    if frac(0.0) + frac(3.0) > 0.95:
-        return f"{where}: whole output entries were zeroed. Likely mistake: {DROPOUT_AFTER_LINEAR2}"
-    if frac(0.5) + frac(1.5) > 0.95:
-        return f"{where}: the kept hidden units were not rescaled. Likely mistake: {DROPOUT_NOT_RESCALED}"
-    dropped, kept = frac(0.5), frac(2.5)
-    if dropped + kept < 0.95:
-        return (f"{where}: with linear1 = 0·x + 1 and linear2 = I + 0.5 each output entry should be 0.5 (hidden unit "
-                f"dropped) or 2.5 (kept and rescaled by 2); got values such as {y.flatten()[:4].tolist()}.")
-    if not 0.35 <= dropped <= 0.65:
-        return f"{where}: {100 * dropped:.0f}% of the hidden units were dropped, expected about 50%."
+        return f"the output should be a tensor of shape (32, {_DROP_D}), got {describe(got)}."
+    if float((got.detach().abs() < 1e-4).double().mean()) > 0.02:
+        return f"whole output entries were zeroed. Likely mistake: {DROPOUT_AFTER_LINEAR2}"
     return None
+
+
+FFN_DROPOUT = Dropout(on="each hidden ReLU activation", what="hidden units", ctor="dropout", probe=_ffn_dropout_probe,
+                      values=lambda case, got: got - 0.5, consistent=_ffn_dropout_consistent,
+                      hints={"ignored": DROPOUT_IGNORED, "not_rescaled": DROPOUT_NOT_RESCALED})
 
 
 def _ffn_cases(seed: int) -> list:
@@ -354,10 +344,6 @@ def _ffn_cases(seed: int) -> list:
         lead = tuple(r.randint(1, 4) for _ in range(r.randint(1, 3)))
         add(f"random case {i + 1}", lead, r.choice([3, 4, 8, 10]), r.choice([2, 7, 16, 33]),
             dropout=r.choice([0.0, 0.1]))
-    x = randn(32, _DROP_D, gen=g)
-    init = {"ctor": (_DROP_D, _DROP_D), "ctor_kwargs": {"dropout": 0.5}, "seed": seed, "state": _dropout_probe_state()}
-    cases.append(Case(f"dropout=0.5 in training mode (model.train()): x {tuple(x.shape)}, linear1 = 0·x + 1, "
-                      f"linear2 = I + 0.5", (x,), init=init, run=_run_training, judge=_judge_ffn_dropout))
     return cases
 
 
@@ -368,6 +354,7 @@ class _FeedForwardVariant(_FeedForward):
     activation = "relu"
     placement = "between"  # "between" the linears (correct), "after" linear2, or "both"
     dropout_always = False
+    inverted_mask = False
     dropout_where = "hidden"  # "hidden" (correct), "output", "none"
     rescale = True
 
@@ -375,6 +362,9 @@ class _FeedForwardVariant(_FeedForward):
         return {"relu": F.relu, "gelu": F.gelu, "none": lambda t: t}[self.activation](h)
 
     def drop(self, h):
+        if self.inverted_mask:  # keeps a unit with probability p (the mask drawn as rand < p)
+            p = self.dropout.p
+            return h * (torch.rand_like(h) < p) / (1 - p) if self.training and p > 0 else h
         if self.dropout_always:
             return F.dropout(h, self.dropout.p, training=True)
         if not self.rescale:
@@ -406,6 +396,8 @@ FFN_MUTANTS = [
     Mutant("dropout_ignored", DROPOUT_IGNORED, _variant(_FeedForwardVariant, "FeedForward", dropout_where="none")),
     Mutant("dropout_after_linear2", DROPOUT_AFTER_LINEAR2, _variant(_FeedForwardVariant, "FeedForward", dropout_where="output")),
     Mutant("dropout_not_rescaled", DROPOUT_NOT_RESCALED, _variant(_FeedForwardVariant, "FeedForward", rescale=False)),
+    Mutant("dropout_inverted_keep_mask", dropout_hint("keep_probability", "dropout"),
+           _variant(_FeedForwardVariant, "FeedForward", inverted_mask=True)),
 ]
 
 
@@ -479,17 +471,12 @@ FFN_EXERCISE = Exercise(
               Variant("linears_also_in_a_sequential", _VFeedForwardSequential),
               Variant("sequential_first_linears_point_into_it", _VFeedForwardSequentialFirst)],
     input_names=("x",),
-    contract="""Position-wise feed-forward network: linear2(dropout(relu(linear1(x)))).
+    contract=Contract("""Position-wise feed-forward network: linear2(dropout(relu(linear1(x)))).
 
     Sub-modules, by these names (the check loads its parameters into them by name):
         linear1 = nn.Linear(d_model, d_ff), linear2 = nn.Linear(d_ff, d_model), both with bias.
     forward(x (..., d_model)) -> (..., d_model).
-    Dropout (probability `dropout`) acts on the hidden ReLU activations, in training mode only,
-    the kept units rescaled by 1/(1 - dropout) (nn.Dropout does this); after model.eval() the
-    output is deterministic.
-    Later code trains through this module, so its gradients are checked too (float64,
-    parameters included).
-    """,
+    """, grad="x and every parameter", kinds={"x": "tensor"}, dropout=FFN_DROPOUT),
 )
 check_FeedForward = register(FFN_EXERCISE)
 
@@ -765,12 +752,11 @@ DECODER_EXERCISE = Exercise(
     reference=ref.DecoderLayer,
     make_cases=_decoder_cases,
     kind="class",
-    forbidden=(MHA,),
     mutants=DECODER_MUTANTS,
     variants=[Variant("own_parts_other_order", _VDecoderOwnParts, demo=True), Variant("float64_inside", _VDecoderFloat64)],
     output_names=("x", "cross_weights"),
     input_names=("x", "memory"),
-    contract="""A pre-norm transformer decoder layer: masked self-attention, cross-attention, feed-forward.
+    contract=Contract("""A pre-norm transformer decoder layer: masked self-attention, cross-attention, feed-forward.
 
         x = x + dropout(self_attn(norm1(x), norm1(x), norm1(x), tgt_mask))
         x = x + dropout(cross_attn(norm2(x), memory, memory, src_mask))
@@ -788,8 +774,7 @@ DECODER_EXERCISE = Exercise(
         src_mask: bool, broadcastable to (B, H, S_t, S_s), e.g. padding (B, 1, 1, S_s); or None
         returns x (B, S_t, d_model) and the cross-attention weights (B, H, S_t, S_s)
     A source that is all padding gives zero cross-attention weights. Dropout acts in training
-    mode only (the check calls model.eval()). Later code trains through this layer, so its
-    gradients are checked too (float64, every parameter included).
-    """,
+    mode only (the check calls model.eval()).
+    """, forbid=(MHA,), grad="x, memory and every parameter", kinds={"x": "tokens", "src_mask": "mask", "tgt_mask": "mask"}),
 )
 check_DecoderLayer = register(DECODER_EXERCISE)

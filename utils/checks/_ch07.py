@@ -5,7 +5,9 @@ import torch
 
 from .. import reference as ref
 from ..reference._common import masked_softmax_impl
-from ._core import Case, CheckFailure, Exercise, Mutant, Variant, generator, randn, rng
+from ._contract import Contract
+from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._guards import DTYPE
 from ._registry import register
 
 __all__ = ["check_attention_entropy", "check_attention_rollout"]
@@ -81,23 +83,9 @@ ENTROPY_MUTANTS = [
     Mutant("normalised_by_log_S_k", "the entropy was divided by ln S_k (normalised entropy); return the plain entropy in nats.", _entropy_normalised),
 ]
 
-ENTROPY_OTHER_DTYPE = ("the result's dtype differs from the weights': the prompt says return the same dtype as the "
-                       "input (float32 weights give a float32 entropy, float64 weights a float64 one).")
-
-
-def _entropy_same_dtype(fn, case: Case):
-    """Call ``fn`` and hold the prompt's rule 4 (same dtype as the input); the value comparison
-    itself ignores floating dtypes, so a float64 result would otherwise pass."""
-    out = fn(*case.args, **case.kwargs)
-    w = case.args[0]
-    if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != w.dtype:
-        raise CheckFailure(f"the result has dtype {out.dtype} where the weights are {w.dtype}: {ENTROPY_OTHER_DTYPE}")
-    return out
-
-
 ENTROPY_MUTANTS += [
-    Mutant("float64_result", ENTROPY_OTHER_DTYPE, lambda w: -torch.special.xlogy(w.double(), w.double()).sum(-1)),
-    Mutant("float32_result", ENTROPY_OTHER_DTYPE, lambda w: -torch.special.xlogy(w.float(), w.float()).sum(-1)),
+    Mutant("float64_result", DTYPE.format(got="float64", want="float32"), lambda w: -torch.special.xlogy(w.double(), w.double()).sum(-1)),
+    Mutant("float32_result", DTYPE.format(got="float32", want="float64"), lambda w: -torch.special.xlogy(w.float(), w.float()).sum(-1)),
 ]
 
 ENTROPY_MUTANTS += [
@@ -139,17 +127,16 @@ check_attention_entropy = register(Exercise(
     name="attention_entropy",
     reference=ref.attention_entropy,
     make_cases=_entropy_cases,
-    run=_entropy_same_dtype,
     mutants=ENTROPY_MUTANTS,
     variants=[Variant("where_log", _v_entropy_where), Variant("float64_log_eps", _v_entropy_eps_float64, demo=True),
               Variant("python_loops", _v_entropy_loops)],
-    contract="""Shannon entropy (in nats) of each query's attention distribution.
+    contract=Contract("""Shannon entropy (in nats) of each query's attention distribution.
 
     weights: (..., S_q, S_k), each row sums to 1, or is all zeros for a fully masked query
     Returns (..., S_q): -Σ_j w_j · ln w_j over the key dim (dim -1), natural log.
     0 · ln 0 counts as 0: zero weights add nothing, and an all-zero row gives 0, never NaN.
     The result ranges from 0 (all weight on one key) to ln S_k (uniform).
-    """,
+    """, kinds={"weights": "tensor"}),
 ))
 
 
@@ -282,7 +269,7 @@ check_attention_rollout = register(Exercise(
     mutants=ROLLOUT_MUTANTS,
     variants=[Variant("plus_identity_from_the_top", _v_rollout_plus_identity),
               Variant("float64_einsum", _v_rollout_float64_einsum, demo=True)],
-    contract="""Attention rollout (Abnar & Zuidema, 2020): how much each output position draws on each input token.
+    contract=Contract("""Attention rollout (Abnar & Zuidema, 2020): how much each output position draws on each input token.
 
     layer_weights: a list with one (B, H, S, S) tensor per layer, first layer first
     Returns (B, S, S): row i = position i after the last layer, column j = input token j.
@@ -291,5 +278,5 @@ check_attention_rollout = register(Exercise(
     then compose through the layers, the last layer on the left:
         rollout = Ã_L · Ã_{L-1} ··· Ã_1
     Rows of A need not sum to 1 (masked or dropped weights): renormalise after adding I.
-    """,
+    """, kinds={"layer_weights": "tensor"}),
 ))

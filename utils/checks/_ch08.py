@@ -22,9 +22,12 @@ from torch.autograd.gradcheck import GradcheckError
 from .. import reference as ref
 from .._guard import unguarded
 from ..reference._common import masked_softmax_impl
+from ._contract import Contract
 from ._core import Case, CheckFailure, Exercise, Mutant, Variant, describe, generator, learner_code, randn, rng
 from ._forbid import AUTOGRAD, SDPA, SOFTMAX_BACKWARD
 from ._registry import register
+
+F64_ALREADY = {"float64": "every case is float64 already"}
 
 __all__ = [
     "check_softmax_backward",
@@ -161,20 +164,18 @@ SOFTMAX_BACKWARD_EXERCISE = Exercise(
     name="softmax_backward",
     reference=ref.softmax_backward,
     make_cases=_softmax_backward_cases,
-    forbidden=(AUTOGRAD, SOFTMAX_BACKWARD),
     mutants=SOFTMAX_BACKWARD_MUTANTS,
     variants=[Variant("explicit_jacobian", _v_sb_jacobian, demo=True), Variant("expanded_einsum", _v_sb_expanded),
               Variant("row_loops_assert", _v_sb_loops)],
     atol=ATOL,
     rtol=RTOL,
-    contract="""dL/ds for a = softmax(s, dim=-1), given a and dL/da, written by hand.
+    contract=Contract("""dL/ds for a = softmax(s, dim=-1), given a and dL/da, written by hand.
 
     a: (..., N), rows of a softmax (a row of zeros, from a fully masked row, is allowed)
     grad_a: (..., N) = dL/da
     Returns dL/ds (..., N), each row through the Jacobian of its own softmax (over the last dim).
     The check works in float64 and compares to 1e-10: keep the inputs' dtype.
-    Autograd (backward, torch.autograd.grad) and PyTorch's own softmax backward are not allowed.
-    """,
+    """, forbid=(AUTOGRAD, SOFTMAX_BACKWARD), kinds={"a": "tensor", "grad_a": "tensor"}, off=F64_ALREADY),
 )
 check_softmax_backward = register(SOFTMAX_BACKWARD_EXERCISE)
 
@@ -428,7 +429,6 @@ SDPA_BACKWARD_EXERCISE = Exercise(
     reference=ref.sdpa_backward,
     make_cases=_sdpa_backward_cases,
     run=_run_sdpa_backward,
-    forbidden=(AUTOGRAD, SDPA, SOFTMAX_BACKWARD),
     mutants=SDPA_BACKWARD_MUTANTS,
     variants=[Variant("einsum_own_softmax", _v_bw_einsum), Variant("jacobian_scale_folded_into_q", _v_bw_jacobian, demo=True)],
     atol=ATOL,
@@ -436,7 +436,7 @@ SDPA_BACKWARD_EXERCISE = Exercise(
     output_names=("dq", "dk", "dv"),
     rescale=_scale_rescaler(_run_sdpa_backward, 0),
     scale_names=_scale_names,
-    contract="""Gradients of out = softmax(q kᵀ / sqrt(D), masked) v with respect to q, k and v, by hand.
+    contract=Contract("""Gradients of out = softmax(q kᵀ / sqrt(D), masked) v with respect to q, k and v, by hand.
 
     q: (..., S_q, D)   k: (..., S_k, D)   v: (..., S_k, D_v)   grad_out: (..., S_q, D_v) = dL/dout
     mask: bool, broadcastable to (..., S_q, S_k), True = may attend; or None
@@ -444,9 +444,8 @@ SDPA_BACKWARD_EXERCISE = Exercise(
     Recompute the weights from q, k and the mask as in the forward.
     A fully masked query row has zero weights, a zero output and zero gradients (never NaN).
     The check works in float64 and compares to 1e-10: keep the inputs' dtype.
-    Autograd (backward, torch.autograd.grad), F.scaled_dot_product_attention and PyTorch's own
-    softmax backward are not allowed.
-    """,
+    """, forbid=(AUTOGRAD, SDPA, SOFTMAX_BACKWARD), kinds={"q": "query", "k": "key", "v": "value", "grad_out": "tensor", "mask": "mask"},
+    shapes={"grad_out": ["...", "S_q", "D_v"]}, off=F64_ALREADY),
 )
 check_sdpa_backward = register(SDPA_BACKWARD_EXERCISE)
 
@@ -688,6 +687,7 @@ FUNCTION_EXERCISE = Exercise(
     name="ScaledDotProductAttentionFunction",
     reference=ref.ScaledDotProductAttentionFunction,
     make_cases=_function_cases,
+    input_names=("q", "k", "v", "grad_out", "mask"),
     run=_run_function,
     # No `forbidden`: the check calls autograd on the output; the learner's backward runs under
     # the autograd tripwire instead (see _with_backward_tripwire and the module docstring).
@@ -699,7 +699,7 @@ FUNCTION_EXERCISE = Exercise(
     scale_names=_scale_names,
     variants=[Variant("saves_weights_einsum", _VFunctionSavesWeights, demo=True),
               Variant("setup_context_style", _VFunctionSetupContext)],
-    contract="""Attention as a torch.autograd.Function whose backward is your hand-derived one.
+    contract=Contract("""Attention as a torch.autograd.Function whose backward is your hand-derived one.
 
     ScaledDotProductAttentionFunction.apply(q, k, v, mask) -> out, mask a bool tensor or None:
         out (..., S_q, D_v) = softmax(q kᵀ / sqrt(D), masked) v
@@ -709,6 +709,7 @@ FUNCTION_EXERCISE = Exercise(
     backward(ctx, grad_out) returns one gradient per input of forward: (dq, dk, dv, None).
     The check compares out, dq, dk, dv in float64 (to 1e-10) and runs torch.autograd.gradcheck.
     backward must not call autograd (backward, torch.autograd.grad): write the gradients yourself.
-    """,
+    """, kinds={"q": "query", "k": "key", "v": "value", "grad_out": "tensor", "mask": "mask"},
+    shapes={"grad_out": ["...", "S_q", "D_v"]}, off=F64_ALREADY),
 )
 check_ScaledDotProductAttentionFunction = register(FUNCTION_EXERCISE)

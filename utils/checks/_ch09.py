@@ -21,6 +21,7 @@ import torch.nn as nn
 from .. import reference as ref
 from .._guard import ForbiddenCall, unguarded
 from ..reference._common import masked_softmax_impl
+from ._contract import Contract
 from ._core import (DEFAULT_SECONDS, Budget, BudgetExceeded, Case, CheckFailure, Exercise, Mutant, Variant, compare,
                     describe, generator, load_state_strict, randn, reseed, rng)
 from ._forbid import MHA, SDPA
@@ -112,12 +113,12 @@ REPEAT_KV_EXERCISE = Exercise(
     mutants=REPEAT_KV_MUTANTS,
     variants=[Variant("expand_reshape", _v_rk_expand), Variant("loop_cat", _v_rk_loop, demo=True),
               Variant("index_select", _v_rk_index)],
-    contract="""Repeat each key/value head n_rep times, consecutively, so that H_kv heads serve H_kv · n_rep query heads.
+    contract=Contract("""Repeat each key/value head n_rep times, consecutively, so that H_kv heads serve H_kv · n_rep query heads.
 
     x: (B, H_kv, S, D)   n_rep: int ≥ 1
     Returns (B, H_kv · n_rep, S, D) whose head h is kv head h // n_rep: [k0, k0, k1, k1] for
     H_kv = 2, n_rep = 2 (not the tiled [k0, k1, k0, k1]). n_rep = 1 returns x unchanged.
-    """,
+    """, kinds={"x": "tensor"}),
 )
 check_repeat_kv = register(REPEAT_KV_EXERCISE)
 
@@ -495,7 +496,7 @@ KV_CACHE_EXERCISE = Exercise(
     mutants=KV_CACHE_MUTANTS,
     variants=[Variant("lists_made_in_init", _VCacheList), Variant("doubling_buffers_module", _VCacheBuffer, demo=True)],
     output_names=KV_CACHE_OUTPUTS,
-    contract="""The keys and values of every position seen so far, for one attention layer.
+    contract=Contract("""The keys and values of every position seen so far, for one attention layer.
 
     KVCache() starts empty. Each instance keeps its own keys and values (a model has one cache
     per layer): create the storage in __init__, not in the class body.
@@ -505,7 +506,7 @@ KV_CACHE_EXERCISE = Exercise(
     Memory budget: the check decodes 1,024 positions one by one; no tensor may exceed 4 × the
     size of k_all, and all the tensors the cache keeps (everything reachable from its attributes)
     may total at most 4 × the bytes of k_all and v_all (a cache holds each position once).
-    """,
+    """, stateless=False),
 )
 check_KVCache = register(KV_CACHE_EXERCISE)
 
@@ -898,14 +899,13 @@ GQA_EXERCISE = Exercise(
     reference=ref.GroupedQueryAttention,
     make_cases=_gqa_cases,
     kind="class",  # most cases run _run_gqa (with a cache); gradient cases build the module in float64
-    forbidden=(SDPA, MHA),
     mutants=GQA_MUTANTS,
     variants=[Variant("grouped_einsum_no_repeat", _VGQAGrouped), Variant("loops_float64_no_validation", _VGQALoops, demo=True)],
     output_names=GQA_OUTPUTS,
     tips=(_tip_validation,),
     rescale=_gqa_rescale,
     scale_names=_gqa_scale_names,
-    contract="""Causal self-attention with num_heads query heads sharing num_kv_heads key/value heads (GQA).
+    contract=Contract("""Causal self-attention with num_heads query heads sharing num_kv_heads key/value heads (GQA).
 
     num_kv_heads = num_heads is multi-head attention, num_kv_heads = 1 multi-query attention.
     Query head h uses kv head h // (num_heads // num_kv_heads): consecutive query heads form a group.
@@ -927,8 +927,7 @@ GQA_EXERCISE = Exercise(
         causality (query i, the (P + i)-th position after P cached ones, sees keys 0 .. P + i);
         returns (out, the same cache object).
         Prefill then decode token by token gives the same outputs as one forward over the whole x.
-    Later code trains through this module, so its gradients are checked too (in float64).
-    """,
+    """, forbid=(SDPA, MHA), grad="x and every parameter", kinds={"x": "tokens"}),
 )
 check_GroupedQueryAttention = register(GQA_EXERCISE)
 
@@ -991,6 +990,12 @@ def _v_kvb_tensor_sizes(num_layers, num_kv_heads, head_dim, seq_len, batch_size,
     return sum(2 * k_numel * bytes_per_elem for _ in range(num_layers))
 
 
+def _v_kvb_meta_tensor(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+    dtype = {1: torch.int8, 2: torch.float16, 4: torch.float32, 8: torch.float64}[bytes_per_elem]
+    k = torch.empty(num_layers, 2, batch_size, num_kv_heads, seq_len, head_dim, dtype=dtype, device="meta")
+    return k.numel() * k.element_size()  # a meta tensor allocates nothing: only its shape and dtype
+
+
 KV_BYTES_MUTANTS = [
     Mutant("no_factor_2", "only one of K and V was counted: the cache stores both, so multiply by 2.", _kvb(factor=1)),
     Mutant("bits_not_bytes", "that is bits, not bytes: bytes_per_elem already counts bytes, so do not multiply by 8.", _kvb(scale=8)),
@@ -1008,13 +1013,14 @@ KV_BYTES_EXERCISE = Exercise(
     reference=ref.kv_cache_bytes,
     make_cases=_kv_bytes_cases,
     mutants=KV_BYTES_MUTANTS,
-    variants=[Variant("per_token_prod", _v_kvb_prod), Variant("sum_of_tensor_sizes", _v_kvb_tensor_sizes, demo=True)],
-    contract="""Bytes a KV cache holds: keys and values, for every layer, kv head, position and sequence.
+    variants=[Variant("per_token_prod", _v_kvb_prod), Variant("sum_of_tensor_sizes", _v_kvb_tensor_sizes, demo=True),
+              Variant("meta_tensor_numel", _v_kvb_meta_tensor)],
+    contract=Contract("""Bytes a KV cache holds: keys and values, for every layer, kv head, position and sequence.
 
     num_layers, num_kv_heads, head_dim, seq_len, batch_size: ints
     bytes_per_elem: bytes per stored number, 2 for float16/bfloat16 (the default), 4 for float32,
         1 for int8/fp8
     Returns the number of bytes as a Python int.
-    """,
+    """, same_dtype=False),
 )
 check_kv_cache_bytes = register(KV_BYTES_EXERCISE)

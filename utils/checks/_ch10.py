@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import reference as ref
-from .._clock import DispatchMode
 from ..reference._common import masked_softmax_impl
-from ._core import Budget, BudgetExceeded, Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._contract import Contract, Cost
+from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._forbid import MHA, SDPA
 from ._registry import register
 
@@ -149,12 +149,12 @@ MASK_EXERCISE = Exercise(
     make_cases=_mask_cases,
     mutants=MASK_MUTANTS,
     variants=[Variant("python_loops", _v_mask_loops), Variant("tril_and_triu", _v_mask_tril_triu, demo=True)],
-    contract="""Bool (s, s) sliding-window mask, True = may attend: query i sees key j iff |i − j| ≤ window.
+    contract=Contract("""Bool (s, s) sliding-window mask, True = may attend: query i sees key j iff |i − j| ≤ window.
 
     s: int, the sequence length   window: int ≥ 0   causal: bool
     With causal=True only the keys behind the query (itself included): 0 ≤ i − j ≤ window.
     window = 0 keeps the diagonal only; window ≥ s − 1 gives full (or full causal) attention.
-    """,
+    """, same_dtype=False),
 )
 check_sliding_window_mask = register(MASK_EXERCISE)
 
@@ -168,7 +168,6 @@ check_sliding_window_mask = register(MASK_EXERCISE)
 #   S²·(D + D_v)/8 = 4,194,304. Banded: S·W·(D + D_v) ≈ 115k (36× below); query blocks of 64 against
 #   the 70 keys they can reach ≈ 1.2M (3.6× below); scoring every key, whether in one (S, S) matrix
 #   or one query at a time, is S²·(D + D_v) ≈ 33.6M (8× above).
-MEMORY_S, MEMORY_D, MEMORY_WINDOW = 2048, 4, 3
 FULL_MATRIX = (
     "sliding-window attention never builds the S×S score matrix (or mask): score each query against "
     "its 2·window + 1 neighbours only (e.g. pad k and v, then unfold them into windows), so memory "
@@ -180,48 +179,19 @@ ALL_KEYS = (
     "that scores every key (and masks afterwards) does the full quadratic work, even though each of its "
     "tensors is small: slice each query's window of keys, or pad and unfold them"
 )
-_ATEN = torch.ops.aten
-_PRODUCTS = {_ATEN.mm: 0, _ATEN.bmm: 0, _ATEN.addmm: 1, _ATEN.baddbmm: 1, _ATEN.addbmm: 1, _ATEN.mv: 0,
-             _ATEN.addmv: 1, _ATEN.dot: 0, _ATEN.vdot: 0}  # op -> index of the left factor (its last dim is summed)
+MEMORY_D, MEMORY_WINDOW = 4, 3
 
 
-class WorkCounter(DispatchMode):
-    """Counts multiply-adds: matmul-family ops (out elements × the summed dim) and elementwise products
-    (out elements); raises BudgetExceeded once the count passes ``limit``."""
-
-    def __init__(self, limit: int | None = None, why: str = ""):
-        super().__init__()
-        self.work, self.limit, self.why = 0, limit, why
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        packet = func.overloadpacket
-        if packet in _PRODUCTS:
-            a = args[_PRODUCTS[packet]]
-            self.work += a.numel() if packet in (_ATEN.dot, _ATEN.vdot) else out.numel() * a.shape[-1]
-        elif packet in (_ATEN.mul, _ATEN.mul_) and isinstance(out, torch.Tensor):
-            self.work += out.numel()
-        if self.limit is not None and self.work > self.limit:
-            raise BudgetExceeded(f"its products reach {self.work:,} multiply-adds where this case allows at most "
-                                 f"{self.limit:,} (S²·(D + D_v)/8, an eighth of scoring every key): {self.why}")
-        return out
+def _memory_case(S: int, causal: bool) -> Case:
+    g = generator(S + causal)
+    q, k, v = (randn(1, S, MEMORY_D, gen=g) for _ in range(3))
+    return Case(f"window={MEMORY_WINDOW}, causal={causal}", (q, k, v, MEMORY_WINDOW), {"causal": causal})
 
 
-def _run_counting_work(fn, case: Case):
-    with WorkCounter(case.init["work_limit"], ALL_KEYS):
-        return fn(*case.args, **case.kwargs)
-
-
-def _memory_case(causal: bool) -> Case:
-    g = generator(2048 + causal)
-    S, D, window = MEMORY_S, MEMORY_D, MEMORY_WINDOW
-    q, k, v = randn(1, S, D, gen=g), randn(1, S, D, gen=g), randn(1, S, D, gen=g)
-    work = S * S * (D + D) // 8
-    return Case(f"memory budget at S = {S}, and work budget: q, k, v {tuple(q.shape)}, window={window}, "
-                f"causal={causal} (no tensor above S²/8 = {S * S // 8:,} elements; at most S²·(D + D_v)/8 = "
-                f"{work:,} multiply-adds)", (q, k, v, window), {"causal": causal},
-                init={"work_limit": work}, run=_run_counting_work,
-                budget=Budget(numel=S * S // 8, seconds=3.0, why=FULL_MATRIX))
+SWA_COST = Cost(sizes=({"S": 1024}, {"S": 2048}), variants=({"causal": False}, {"causal": True}), build=_memory_case,
+                numel=lambda S: S * S // 8, numel_text="S²/8", work=lambda S: S * S * 2 * MEMORY_D // 8,
+                work_text="S²·(D + D_v)/8", setting=f"D = D_v = {MEMORY_D}, window = {MEMORY_WINDOW}, causal and not",
+                why=FULL_MATRIX + "; " + ALL_KEYS)
 
 
 def _far_key_inputs(g, lead, s, d, d_v, dtype):
@@ -272,7 +242,6 @@ def _swa_cases(seed: int) -> list:
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         s = r.randint(2, 13)
         add(f"random case {i + 1}", lead, s, r.choice([1, 3, 4, 8]), r.randint(1, 6), r.randint(0, s), r.random() < 0.5)
-    cases += [_memory_case(False), _memory_case(True)]
     return cases
 
 
@@ -435,24 +404,19 @@ SWA_EXERCISE = Exercise(
     name="sliding_window_attention",
     reference=ref.sliding_window_attention,
     make_cases=_swa_cases,
-    forbidden=(SDPA, MHA),
     mutants=SWA_MUTANTS,
     variants=[Variant("gather_einsum", _v_swa_gather, demo=True), Variant("query_blocks_float64", _v_swa_blocked)],
     rescale=_swa_rescale,
     scale_names=_swa_scale_names,
-    contract="""Self-attention where query i sees only the keys within `window` of it, without an S×S matrix.
+    contract=Contract("""Self-attention where query i sees only the keys within `window` of it, without an S×S matrix.
 
     q: (..., S, D)   k: (..., S, D)   v: (..., S, D_v)   window: int ≥ 0   causal: bool
     Returns out (..., S, D_v), equal to softmax(q kᵀ / sqrt(D)) v masked with
     sliding_window_mask(S, window, causal): window = 0 gives v; window ≥ S − 1 gives full (or
     full causal) attention.
-    Score each query against its neighbours only, never all S keys. The check's budget, at
-    S = 2048, D = D_v = 4, window = 3 (causal and not): no tensor may exceed S²/8 elements, and
-    the products (matmuls, einsums, elementwise *) may total at most S²·(D + D_v)/8 multiply-adds.
-    Gathering each query's W keys into an (..., S, W, D) tensor is allowed.
-    Later code trains through this function, so its gradients are checked too (in float64): no
-    in-place edits of tensors autograd needs.
-    """,
+    Score each query against its neighbours only, never all S keys; gathering each query's W
+    keys into an (..., S, W, D) tensor is allowed.
+    """, forbid=(SDPA, MHA), grad="q, k and v", budgets=(SWA_COST,), shapes={"q": ["...", "S", "D"], "k": ["...", "S", "D"], "v": ["...", "S", "D_v"]}),
 )
 check_sliding_window_attention = register(SWA_EXERCISE)
 
@@ -556,12 +520,12 @@ STRIDED_EXERCISE = Exercise(
     mutants=STRIDED_MUTANTS,
     variants=[Variant("python_loops", _v_strided_loops), Variant("tril_triu_remainder", _v_strided_tril, demo=True)],
     tips=(_tip_stride_zero,),
-    contract="""Bool (s, s) causal strided pattern of Sparse Transformers (Child et al., 2019), True = may attend.
+    contract=Contract("""Bool (s, s) causal strided pattern of Sparse Transformers (Child et al., 2019), True = may attend.
 
     s: int, the sequence length   stride: int ≥ 1
     Query i sees key j iff j ≤ i and either j is among its last `stride` positions
     ((i − j) < stride, the local part, itself included) or a whole number of strides back
     ((i − j) % stride == 0, the strided part).
-    """,
+    """, same_dtype=False),
 )
 check_strided_sparse_mask = register(STRIDED_EXERCISE)

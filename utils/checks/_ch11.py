@@ -5,7 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import reference as ref
-from ._core import Budget, Case, CheckFailure, Exercise, Mutant, Variant, generator, randn, rng
+from ._contract import Contract, Cost
+from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._guards import DTYPE
 from ._registry import register
 
 __all__ = ["check_elu_feature_map", "check_linear_attention", "check_causal_linear_attention"]
@@ -50,19 +52,6 @@ NO_ELU = "the elu is missing: x + 1 is negative for x < −1; φ(x) = elu(x) + 1
 EXP_EVERYWHERE = ("exp(x) was computed for every x and the branches combined by multiplying with masks "
                   "(exp(x) · (x ≤ 0) + (x + 1) · (x > 0)): exp(x) overflows to inf for x > 88 in float32 "
                   "(709 in float64), and inf · 0 is NaN; select with torch.where instead, and compute exp only where x ≤ 0 (exp(x.clamp(max=0))), or use F.elu.")
-OTHER_DTYPE = "the output's dtype differs from x's: the prompt says same dtype as x (a float64 x gives a float64 φ(x))."
-
-
-def same_dtype_as_x(fn, case: Case):
-    """Call ``fn`` on the case and hold the prompt's "same dtype as x" (the comparison itself ignores
-    floating dtypes, since a float64 result within float32 tolerance would otherwise pass)."""
-    out = fn(*case.args, **case.kwargs)
-    x = case.args[0]
-    if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != x.dtype:
-        raise CheckFailure(f"output has dtype {out.dtype} where x is {x.dtype}: {OTHER_DTYPE}")
-    return out
-
-
 def _phi_exp_everywhere(x):
     return torch.exp(x) * (x <= 0) + (x + 1) * (x > 0)
 
@@ -77,8 +66,8 @@ PHI_MUTANTS = [
     Mutant("relu_plus_one", RELU_PLUS_ONE, lambda x: F.relu(x) + 1),
     Mutant("x_plus_one", NO_ELU, lambda x: x + 1),
     Mutant("exp_everywhere_then_select", EXP_EVERYWHERE, _phi_exp_everywhere),
-    Mutant("float32_output", OTHER_DTYPE, lambda x: F.elu(x.float()) + 1),
-    Mutant("float64_output", OTHER_DTYPE, lambda x: F.elu(x.double()) + 1),
+    Mutant("float32_output", DTYPE.format(got="float32", want="float64"), lambda x: F.elu(x.float()) + 1),
+    Mutant("float64_output", DTYPE.format(got="float64", want="float32"), lambda x: F.elu(x.double()) + 1),
 ]
 
 
@@ -101,12 +90,11 @@ PHI_EXERCISE = Exercise(
     mutants=PHI_MUTANTS,
     variants=[Variant("where_exp", _v_phi_where), Variant("clamps", _v_phi_clamps),
               Variant("float64_inside", _v_phi_float64, demo=True)],
-    run=same_dtype_as_x,
-    contract="""The feature map of linear attention: φ(x) = elu(x) + 1, elementwise.
+    contract=Contract("""The feature map of linear attention: φ(x) = elu(x) + 1, elementwise.
 
     x: a tensor of any shape.  Returns φ(x), same shape and dtype as x:
     x + 1 where x > 0, exp(x) where x ≤ 0, so φ(x) > 0 everywhere.
-    """,
+    """, kinds={"x": "tensor"}),
 )
 check_elu_feature_map = register(PHI_EXERCISE)
 
@@ -116,25 +104,27 @@ def _phi(x):
     return F.elu(x) + 1.0
 
 
-# The budget case: S = 2048 positions. Small D, D_v keep S·D·D_v (the causal prefix sums) under
-# ~32k elements, so torch stays on one thread and the check is fast on a busy machine; the S×S
-# matrix is 4M elements and the budget allows S²/8.
-MEMORY_S, MEMORY_D, MEMORY_D_V = 2048, 4, 3
+# The budget cases: S = 512 and 2048 positions. Small D, D_v keep S·D·D_v (the causal prefix sums)
+# under ~32k elements, so torch stays on one thread and the check is fast on a busy machine; the
+# S×S matrix is 4M elements at S = 2048 and the budget allows S²/8.
+MEMORY_D, MEMORY_D_V = 4, 3
 QUADRATIC = (
     "linear attention never builds the S×S matrix φ(q)φ(k)ᵀ: use associativity, φ(q)(φ(k)ᵀv), "
     "so the largest intermediate is D×D_v per batch (causal: prefix sums of φ(k_j)v_jᵀ, S×D×D_v)"
 )
 
 
-def _memory_case(causal: bool) -> Case:
-    g = generator(2048)
-    S, D, D_v = MEMORY_S, MEMORY_D, MEMORY_D_V
-    q, k, v = randn(1, S, D, gen=g), randn(1, S, D, gen=g), randn(1, S, D_v, gen=g)
-    # sums over 2048 positions: float32 round-off depends on the order of summation (cumsum, a
-    # Python loop, matmul), so compare loosely; the small cases check the values tightly
-    return Case(f"memory budget at S = {S}: q, k {tuple(q.shape)}, v {tuple(v.shape)} "
-                f"(no tensor above S²/8 = {S * S // 8:,} elements)", (q, k, v), tol=(1e-4, 1e-3),
-                budget=Budget(numel=S * S // 8, seconds=3.0, why=QUADRATIC))
+def _memory_case(S: int) -> Case:
+    g = generator(S)
+    q, k, v = randn(1, S, MEMORY_D, gen=g), randn(1, S, MEMORY_D, gen=g), randn(1, S, MEMORY_D_V, gen=g)
+    return Case("", (q, k, v))
+
+
+def _cost(causal: bool) -> Cost:
+    # sums over 2048 positions: float32 round-off depends on the order of summation (cumsum, a Python
+    # loop, matmul), so compare loosely; the small cases check the values tightly
+    return Cost(sizes=({"S": 512}, {"S": 2048}), build=_memory_case, numel=lambda S: S * S // 8, numel_text="S²/8",
+                setting=f"D = {MEMORY_D}, D_v = {MEMORY_D_V}", why=QUADRATIC, tol=(1e-4, 1e-3))
 
 
 def _attention_cases(seed: int, causal: bool) -> list:
@@ -172,7 +162,6 @@ def _attention_cases(seed: int, causal: bool) -> list:
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         s = r.randint(1, 12)
         add(f"random case {i + 1}", lead, *pair(s), r.choice([1, 3, 4, 8]), r.randint(1, 6))
-    cases.append(_memory_case(causal))
     return cases
 
 
@@ -272,16 +261,14 @@ LINEAR_EXERCISE = Exercise(
     mutants=LINEAR_MUTANTS,
     variants=[Variant("einsum", _v_linear_einsum),
               Variant("float64_ones_column", _v_linear_float64_ones_column, demo=True)],
-    contract="""Non-causal linear attention with the feature map φ(x) = elu(x) + 1:
+    contract=Contract("""Non-causal linear attention with the feature map φ(x) = elu(x) + 1:
 
         out_i = φ(q_i) (Σ_j φ(k_j) v_jᵀ) / (φ(q_i) · Σ_j φ(k_j) + eps)
 
     q: (..., S_q, D)   k: (..., S_k, D)   v: (..., S_k, D_v)   eps: float, added to the normaliser
     Returns out (..., S_q, D_v).
-    Use associativity, φ(q) (φ(k)ᵀ v): never build the S_q × S_k matrix φ(q) φ(k)ᵀ. The check
-    has a memory budget: at S = 2048 no tensor may exceed S²/8 elements.
-    Later code trains through this function, so its gradients are checked too.
-    """,
+    Use associativity, φ(q) (φ(k)ᵀ v): never build the S_q × S_k matrix φ(q) φ(k)ᵀ.
+    """, grad="q, k and v", budgets=(_cost(causal=False),)),
 )
 check_linear_attention = register(LINEAR_EXERCISE)
 
@@ -393,15 +380,13 @@ CAUSAL_EXERCISE = Exercise(
     mutants=CAUSAL_MUTANTS,
     variants=[Variant("rnn_loop", _v_causal_rnn, demo=True), Variant("einsum_float64", _v_causal_einsum_float64),
               Variant("chunked", _v_causal_chunked)],
-    contract="""Causal linear attention with φ(x) = elu(x) + 1: position i uses only the keys j ≤ i.
+    contract=Contract("""Causal linear attention with φ(x) = elu(x) + 1: position i uses only the keys j ≤ i.
 
         out_i = φ(q_i) S_i / (φ(q_i) · z_i + eps),  S_i = Σ_{j≤i} φ(k_j) v_jᵀ,  z_i = Σ_{j≤i} φ(k_j)
 
     q: (..., S, D)   k: (..., S, D)   v: (..., S, D_v)   eps: float, added to the normaliser
     Returns out (..., S, D_v).
-    Use prefix sums (or one RNN step per token): never build the S × S matrix φ(q) φ(k)ᵀ. The
-    check has a memory budget: at S = 2048 no tensor may exceed S²/8 elements.
-    Later code trains through this function, so its gradients are checked too.
-    """,
+    Use prefix sums (or one RNN step per token): never build the S × S matrix φ(q) φ(k)ᵀ.
+    """, grad="q, k and v", budgets=(_cost(causal=True),), shapes={"q": ["...", "S", "D"], "k": ["...", "S", "D"], "v": ["...", "S", "D_v"]}),
 )
 check_causal_linear_attention = register(CAUSAL_EXERCISE)

@@ -2,8 +2,9 @@
 import torch
 
 from .. import reference as ref
-from ._ch11 import same_dtype_as_x
+from ._contract import Contract
 from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._guards import DTYPE
 from ._registry import register
 
 __all__ = ["check_rope_angles", "check_apply_rope"]
@@ -118,12 +119,12 @@ ANGLE_EXERCISE = Exercise(
     variants=[Variant("float32_outer", _v_angles_float32), Variant("python_loops_float64", _v_angles_loops, demo=True),
               Variant("exp_log", _v_angles_exp_log)],
     # float32 angles m·θ up to ~40 rad carry ~4e-6 of round-off: the default tolerance covers it
-    contract="""RoPE rotation angles: angle[m, i] = m · θ_i with θ_i = base^(−2i/dim).
+    contract=Contract("""RoPE rotation angles: angle[m, i] = m · θ_i with θ_i = base^(−2i/dim).
 
     seq_len: int, positions m = 0 … seq_len − 1;  dim: int, even, the head dim;
     base: float.  Returns a floating-point tensor (seq_len, dim // 2): one angle per
     position (row) and per pair of features i = 0 … dim // 2 − 1 (column).
-    """,
+    """, same_dtype=False),
 )
 check_rope_angles = register(ANGLE_EXERCISE)
 
@@ -208,8 +209,6 @@ def _rope_rotate_half_sign(x, positions=None, base=10000.0):
     return _rope(x, positions, base, sign=-1.0)
 
 
-OTHER_DTYPE_ROPE = ("the output's dtype differs from x's: the prompt says same dtype as x (cos and sin computed in "
-                    "float32 or float64 are cast to x.dtype, or the result is)")
 
 
 def _rope_half_dim(x, positions=None, base=10000.0):
@@ -249,8 +248,8 @@ ROPE_MUTANTS = [
            "both features of pair i, x[2i] and x[2i+1], are rotated by the same angle[pos, i].", _rope_mixed_conventions),
     Mutant("theta_with_half_dim", "the frequencies were computed with dim = D/2 (the number of pairs) instead of "
            "D: θ_i = base^(−2i/D) with D = x.size(-1), the head dim.", _rope_half_dim),
-    Mutant("float32_output", OTHER_DTYPE_ROPE, _rope_float32_out),
-    Mutant("float64_output", OTHER_DTYPE_ROPE, _rope_float64_out),
+    Mutant("float32_output", DTYPE.format(got="float32", want="float64"), _rope_float32_out),
+    Mutant("float64_output", DTYPE.format(got="float64", want="float32"), _rope_float64_out),
     Mutant("seq_len_from_dim_1", "the sequence length was read from x.size(1): with x (..., S, D) it is x.size(-2) "
            "(for (S, D) or (B, H, S, D) inputs size(1) is D or H).",
            lambda x, positions=None, base=10000.0: _rope(x, positions, base, seq_dim=1 if x.dim() > 1 else -2)),
@@ -310,7 +309,6 @@ ROPE_EXERCISE = Exercise(
     variants=[Variant("float32_slices_assert", _v_rope_float32_slices),
               Variant("complex_float64", _v_rope_complex, demo=True),
               Variant("rotation_matrices_einsum", _v_rope_rotation_matrices)],
-    run=same_dtype_as_x,
     tips=(_odd_d_tip,),
     # the reference rotates by angles computed in float64; a float32 angle m·θ carries up to
     # ~6e-8·m rad of round-off, so float32 solutions (inv_freq + outer product, complex polar)
@@ -318,13 +316,12 @@ ROPE_EXERCISE = Exercise(
     # arithmetic: allow 1e-4 absolute (and 1e-4 relative for |x| ~ 100), still far below every
     # mistake in the bank (errors of O(|x|))
     atol=1e-4,
-    contract="""Rotate each interleaved pair (x[..., 2i], x[..., 2i+1]) by angle[positions[s], i].
+    contract=Contract("""Rotate each interleaved pair (x[..., 2i], x[..., 2i+1]) by angle[positions[s], i].
 
     x: (..., S, D), D even   positions: long (S,), default arange(S)   base: float
     angle[m, i] = m · base^(−2i/dim) with dim = D (as in rope_angles).
     For a pair (a, b) and angle t: (a cos t − b sin t, a sin t + b cos t), a rotation by +t.
     Returns a tensor (..., S, D), same dtype as x.
-    Later code trains through this function, so its gradients are checked too.
-    """,
+    """, grad="x", kinds={"x": "tensor"}),
 )
 check_apply_rope = register(ROPE_EXERCISE)

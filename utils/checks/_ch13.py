@@ -5,8 +5,8 @@ from dataclasses import replace
 import torch
 
 from .. import reference as ref
-from .._clock import DispatchMode
-from ._core import Budget, Case, Exercise, Mutant, Variant, generator, randn, rng
+from ._contract import Contract, Cost
+from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
 from ._forbid import LOGSUMEXP, MHA, SDPA, SOFTMAX
 from ._registry import register
 
@@ -204,11 +204,10 @@ ONLINE_SOFTMAX_EXERCISE = Exercise(
     name="online_softmax",
     reference=ref.online_softmax,
     make_cases=_online_softmax_cases,
-    forbidden=(SOFTMAX, LOGSUMEXP),
     mutants=ONLINE_SOFTMAX_MUTANTS,
     variants=[Variant("split_and_where", _v_os_split_where),
               Variant("float64_exp2_loops", _v_os_float64_exp2_loops, demo=True)],
-    contract="""Softmax over the last dim, reading the columns one block of block_size at a time.
+    contract=Contract("""Softmax over the last dim, reading the columns one block of block_size at a time.
 
     x: (..., N)   block_size: int ≥ 1 (the last block may be shorter)
     Returns (..., N), each row summing to 1.
@@ -216,63 +215,36 @@ ONLINE_SOFTMAX_EXERCISE = Exercise(
     far; when a block raises the max from m_old to m_new, l is rescaled by exp(m_old − m_new).
     Pass 2 writes exp(x − m) / l.
     -inf entries are allowed, also in whole leading blocks; a row of all -inf gives zeros.
-    From scratch: torch.softmax and torch.logsumexp are not allowed.
-    """,
+    """, forbid=(SOFTMAX, LOGSUMEXP), kinds={"x": "scores"}),
 )
 check_online_softmax = register(ONLINE_SOFTMAX_EXERCISE)
 
 
 # ---------------------------------------------------------------- flash_attention
-MEM_S, MEM_D, MEM_BLOCK = 1024, 8, 64
-MEM_NUMEL = 4 * MEM_BLOCK * MEM_BLOCK  # 16,384: a tile is 4,096, a strip (64, 1024) 65,536, the full scores 1,048,576
-WORK_S, WORK_D, WORK_BLOCK = 256, 8, 64
 FULL_SCORES = ("flash attention holds one (block_size × block_size) tile of scores at a time: no strip of a query "
                "block against all keys (no plain softmax over a whole row), no full S_q × S_k score matrix, and no "
                "full S_q × S_k causal mask (build each tile's mask from torch.arange of its rows and columns)")
-NO_SKIP = ("with causal=True the key blocks that lie entirely above the causal diagonal were still "
-           "computed: stop the key loop at the last key the block's last query may see (i + S_k - S_q).")
+NO_SKIP = ("with causal=True, the key blocks that lie entirely above the causal diagonal are skipped, not computed: "
+           "stop the key loop at the last key the block's last query may see (i + S_k - S_q)")
 
 
-class _Work(DispatchMode):
-    """Counts the elements produced by matmuls and exps: proportional to the tiles visited."""
-
-    OPS = ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.exp", "aten.exp_", "aten.exp2",
-           "aten.exp2_")
-
-    def __init__(self):
-        super().__init__()
-        self.work = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if str(func.overloadpacket) in self.OPS:
-            for t in out if isinstance(out, (tuple, list)) else (out,):
-                if isinstance(t, torch.Tensor):
-                    self.work += t.numel()
-        return out
 
 
-def _count_work(fn, case: Case):
-    """Run the learner's function with causal=False, then causal=True; return the work of each."""
-    q, k, v = case.args
-    counts = []
-    for causal in (False, True):
-        mode = _Work()
-        with mode:
-            fn(q, k, v, block_size=WORK_BLOCK, causal=causal)
-        counts.append(mode.work)
-    return counts
+def _budget_case(S: int, block_size: int, causal: bool, D: int = 8, D_v: int = 8) -> Case:
+    g = generator(S + block_size)
+    q, k, v = randn(S, D, gen=g), randn(S, D, gen=g), randn(S, D_v, gen=g)
+    return Case("", (q, k, v), {"block_size": block_size} | ({"causal": True} if causal else {}))
 
 
-def _judge_skipping(got) -> str | None:
-    where = f"block skipping (q, k, v ({WORK_S}, {WORK_D}), block_size={WORK_BLOCK})"
-    full, causal = got
-    if full <= 0:  # no matmul or exp seen: the work cannot be measured, so it is not judged
-        return None
-    if causal > 0.8 * full:  # skipping: 10 of 16 tiles, about 62% of the work
-        return (f"{where}: causal=True did {causal / full:.0%} of the matmul/exp work of causal=False, "
-                f"expected about 62% (at most 80%). Likely mistake: {NO_SKIP}")
-    return None
+FLASH_MEMORY = Cost(sizes=({"S": 1024, "block_size": 64}, {"S": 512, "block_size": 32}),
+                    variants=({"causal": False}, {"causal": True}), build=_budget_case,
+                    numel=lambda S, block_size: 4 * block_size ** 2, numel_text="4 · block_size²",
+                    setting="D = D_v = 8; a tile has block_size², a strip of one query block against all keys "
+                            "block_size · S, the full scores or mask S²", why=FULL_SCORES, tol=(1e-5, 1e-3))
+FLASH_WORK = Cost(sizes=({"S": 256, "block_size": 32}, {"S": 512, "block_size": 64}), variants=({"causal": True},),
+                  build=lambda **kw: _budget_case(**kw, D_v=2), work=lambda S, block_size: 4 * S * S * 10 // 5,
+                  work_text="0.8 · S²·(D + D_v) (every tile would be S²·(D + D_v); the visible ones about 0.6 of it)",
+                  setting="D = 8, D_v = 2, causal=True", why=NO_SKIP)
 
 
 def _flash_cases(seed: int) -> list:
@@ -326,25 +298,13 @@ def _flash_cases(seed: int) -> list:
         s_q, s_k = r.randint(1, 13), r.randint(1, 13)
         add(f"random case {i + 1}", lead, s_q, s_k, r.choice([2, 4, 5, 8]), r.randint(1, 6),
             r.choice([1, 2, 3, 4, 5, 8]), causal=bool(i % 2))
-    gm = generator(1024)
-    q, k, v = (randn(MEM_S, MEM_D, gen=gm) for _ in range(3))
-    for causal in (False, True):
-        kwargs = {"block_size": MEM_BLOCK} | ({"causal": True} if causal else {})
-        cases.append(Case(f"memory budget: q, k, v ({MEM_S}, {MEM_D}), block_size={MEM_BLOCK}, causal={causal} "
-                          f"(no tensor above 4 · block_size² = {MEM_NUMEL:,} elements; a strip of {MEM_BLOCK} "
-                          f"queries against all keys has {MEM_BLOCK * MEM_S:,})", (q, k, v), kwargs, tol=(1e-5, 1e-3),
-                          budget=Budget(numel=MEM_NUMEL, seconds=3.0, why=FULL_SCORES)))
-    gw = generator(512)
-    q, k, v = (randn(WORK_S, WORK_D, gen=gw) for _ in range(3))
-    cases.append(Case(f"block skipping: q, k, v ({WORK_S}, {WORK_D}), block_size={WORK_BLOCK}, the work of "
-                      "causal=True against causal=False", (q, k, v), run=_count_work, judge=_judge_skipping))
     return cases
 
 
 def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, rescale_l=True, divide_by_l=True,
                    lse_adds_max=True, top_left=False, floor_key_blocks=False, skip_off_by_one=False,
                    mask_inside=True, skip_blocks=True, scale=None, safe=True, max_before_mask=False, m0=NEG_INF,
-                   hide_diagonal=False):
+                   hide_diagonal=False, score_hidden=False):
     """A tiled attention with one switch per known mistake (all off = correct)."""
     s_q, s_k = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -363,6 +323,9 @@ def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, re
             k_start = b * block_size
             last_visible = q_start + br - 1 + offset  # the last key the block's last query sees
             if causal and skip_blocks and (k_start >= last_visible if skip_off_by_one else k_start > last_visible):
+                if score_hidden:  # the hidden tiles' scores computed anyway, then thrown away
+                    for kb in range(b, n_key_blocks):
+                        _ = q_blk @ k[..., kb * block_size:(kb + 1) * block_size, :].transpose(-2, -1) * scale
                 break
             k_blk = k[..., k_start:k_start + block_size, :]
             v_blk = v[..., k_start:k_start + block_size, :]
@@ -500,6 +463,7 @@ FLASH_MUTANTS = [
     Mutant("no_scaling", "the scores were not divided by sqrt(D): s = q_blk @ k_blkᵀ / sqrt(D).", _switch(scale=1.0)),
     Mutant("scale_by_d", "the scores were divided by D instead of sqrt(D).", _fa_scale_by_d),
     Mutant("causal_without_block_skipping", NO_SKIP, _switch(skip_blocks=False)),
+    Mutant("hidden_tiles_scored_then_skipped", NO_SKIP, _switch(score_hidden=True)),
     Mutant("quadratic_full_scores", FULL_SCORES, _fa_full_scores),
     Mutant("query_strips_plain_softmax", FULL_SCORES, _fa_query_strips),
     Mutant("full_causal_mask_built_once", FULL_SCORES, _fa_full_mask_once),
@@ -626,7 +590,6 @@ FLASH_EXERCISE = Exercise(
     name="flash_attention",
     reference=ref.flash_attention,
     make_cases=_flash_cases,
-    forbidden=(SOFTMAX, SDPA, MHA),
     mutants=FLASH_MUTANTS,
     variants=[Variant("exp2_inplace_preallocated", _v_flash_exp2_inplace),
               Variant("float64_einsum", _v_flash_float64_einsum),
@@ -634,7 +597,7 @@ FLASH_EXERCISE = Exercise(
     output_names=("out", "lse"),
     rescale=_flash_rescale,
     scale_names=_flash_scale_names,
-    contract="""Attention computed tile by tile with an online softmax, never building the S_q × S_k scores.
+    contract=Contract("""Attention computed tile by tile with an online softmax, never building the S_q × S_k scores.
 
     q: (..., S_q, D)   k: (..., S_k, D)   v: (..., S_k, D_v)   block_size: int   causal: bool
     Returns out (..., S_q, D_v) = softmax(q kᵀ / sqrt(D)) v and
@@ -643,13 +606,8 @@ FLASH_EXERCISE = Exercise(
     per query a running max m, a running sum l and an unnormalised output acc; when m grows,
     rescale l and acc by exp(m_old − m_new); at the end out = acc / l, lse = m + log(l).
     causal=True is bottom-right aligned (query i sees key j iff j ≤ i + S_k − S_q), and the key
-    blocks that no query of the block can see are skipped: the check counts the matmul and exp
-    work at S = 256, block_size = 64 (causal=True must do at most 80% of causal=False's work).
+    blocks that no query of the block can see are skipped.
     A query that sees no key (S_q > S_k with causal) gets a zero output and lse = -inf.
-    Only one tile of scores may exist at a time. Memory budget, causal or not: at S = 1024,
-    block_size = 64, no tensor may exceed 4 · block_size² = 16,384 elements (a tile has 4,096;
-    a strip of one query block against all keys 65,536; the full scores or mask 1,048,576).
-    From scratch: torch.softmax and F.scaled_dot_product_attention are not allowed.
-    """,
+    """, forbid=(SOFTMAX, SDPA, MHA), budgets=(FLASH_MEMORY, FLASH_WORK)),
 )
 check_flash_attention = register(FLASH_EXERCISE)

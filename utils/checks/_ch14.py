@@ -18,7 +18,9 @@ import torch.nn.functional as F
 
 from .. import reference as ref
 from .._gpt_model import ConcatKVCache, GPTModel
-from ._core import Case, CheckFailure, Exercise, Mutant, Variant, describe, generator, load_state_strict, rng
+from ._contract import Contract
+from ._core import (Case, CheckFailure, Exercise, Mutant, Variant, compare, describe, generator, learner_code,
+                    load_state_strict, rng)
 from ._registry import register
 
 __all__ = ["check_TinyGPT", "check_generate"]
@@ -550,9 +552,84 @@ TINYGPT_CONTRACT = """A small decoder-only transformer: token embedding, n_layer
             (B, num_kv_heads, S, head_dim) (kv heads not repeated) and attends to what it returns.
             start_pos = the number of tokens already cached; query i sees every cached key and
             the new keys up to itself. Returns (logits, caches), the list it was given.
-    Gradients are checked in float64 (the check converts the floating-point parameters and
-    buffers): compute in the dtype of the weights, and no in-place edits of tensors autograd needs.
+    Compute in the dtype of the weights (the gradient cases convert the floating-point parameters
+    and buffers to float64).
     """
+
+def _submodule_names(n_layers: int) -> list:
+    """The prompt's names, in the order a forward pass reaches them."""
+    names = ["tok_emb"]
+    for i in range(n_layers):
+        b = f"blocks.{i}"
+        names += [f"{b}.norm1", f"{b}.attn.W_q", f"{b}.attn.W_k", f"{b}.attn.W_v", f"{b}.attn.W_o", f"{b}.attn",
+                  f"{b}.norm2", f"{b}.ffn.linear1", f"{b}.ffn.linear2", f"{b}.ffn"]
+    return names + ["norm_f", "lm_head"]
+
+
+def _first_tensor(x):
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, (tuple, list)) and x:
+        return _first_tensor(x[0])
+    return None
+
+
+def _record(model: nn.Module, names: list, seen: dict):
+    """Forward hooks on the sub-modules of ``model`` named in ``names``: {name: (input, output)}."""
+    modules = dict(model.named_modules())
+    handles = []
+    for name in names:
+        if name in modules:
+            def hook(mod, args, out, name=name):
+                seen.setdefault(name, (_first_tensor(args), _first_tensor(out)))
+            handles.append(modules[name].register_forward_hook(hook))
+    return handles
+
+
+def _locate_tinygpt(exercise, impl, cases, outputs, expected, errors) -> str | None:
+    """The first sub-module, by the prompt's names, whose output differs from the reference's."""
+    from .._guard import unguarded
+
+    i = next((j for j, e in enumerate(errors) if e and not cases[j].grad and cases[j].init.get("state")), None)
+    if i is None:
+        return None
+    case = cases[i]
+    names = _submodule_names(case.init["ctor"][2])
+    seen = {"yours": {}, "reference": {}}
+    try:
+        with torch.no_grad():
+            for who, cls in (("yours", impl), ("reference", unguarded(exercise.reference))):
+                with learner_code() if who == "yours" else contextlib.nullcontext():
+                    model = _build(cls, case, case.init["state"])
+                    handles = _record(model, names, seen[who])
+                    try:
+                        model(case.args[0])
+                    finally:
+                        for h in handles:
+                            h.remove()
+    except Exception:  # noqa: BLE001 - a diagnosis never breaks a verdict
+        return None
+    order = [n for n in names if n in seen["reference"]]
+    last_ok = None
+    for name in order:
+        if name not in seen["yours"]:
+            continue
+        (your_in, mine), (ref_in, ref_out) = seen["yours"][name], seen["reference"][name]
+        if mine is None or ref_out is None or compare(ref_out, mine, 1e-4, 1e-4) is None:
+            last_ok = name
+            continue
+        same_in = your_in is not None and ref_in is not None and compare(ref_in, your_in, 1e-4, 1e-4) is None
+        if same_in:
+            where = f"{name}, whose input matches the reference's: the mistake is inside {name}"
+        elif last_ok is not None:
+            where = (f"{name}, whose input already differs although the output of {last_ok} matches: the mistake "
+                     f"is in what happens between them")
+        else:
+            where = f"{name}, whose input already differs (the embedding of idx)"
+        return (f"in case [{case.label}], with forward hooks on the prompt's sub-modules, the first whose output "
+                f"differs from the reference's is {where}.")
+    return None
+
 
 TINYGPT_EXERCISE = Exercise(
     name="TinyGPT",
@@ -567,7 +644,8 @@ TINYGPT_EXERCISE = Exercise(
     # float32 logits of O(1-10) through a few layers; RoPE tables in float32, complex RoPE and
     # fused SDPA differ from the reference by ~1e-6: 1e-4 absolute is still far below every mistake
     atol=1e-4,
-    contract=TINYGPT_CONTRACT,
+    contract=Contract(TINYGPT_CONTRACT, grad="every parameter, by the names above", same_dtype=True),
+    locate=_locate_tinygpt,
 )
 check_TinyGPT = register(TINYGPT_EXERCISE)
 
@@ -902,7 +980,7 @@ GENERATE_CONTRACT = """Greedy decoding: append the argmax token of the last posi
         tokens already cached. The check keeps S + max_new_tokens <= model.max_len here.
     use_cache=False: every step runs the whole sequence, cropped to its last model.max_len
         tokens, with caches=None (start_pos=0).
-    Both give the same tokens. No gradients are needed (torch.no_grad()).
+    Both give the same tokens. No gradients are needed: torch.no_grad() is up to you (not checked).
     """
 
 GENERATE_EXERCISE = Exercise(
@@ -912,6 +990,6 @@ GENERATE_EXERCISE = Exercise(
     run=_run_generate,
     mutants=GENERATE_MUTANTS,
     variants=GENERATE_VARIANTS,
-    contract=GENERATE_CONTRACT,
+    contract=Contract(GENERATE_CONTRACT, same_dtype=False),
 )
 check_generate = register(GENERATE_EXERCISE)

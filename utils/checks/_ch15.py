@@ -4,7 +4,9 @@ import math
 import torch
 
 from .. import reference as ref
+from ._contract import Contract
 from ._core import Case, CheckFailure, Exercise, Mutant, Variant, describe, generator, rng
+from ._guards import INPLACE
 from ._registry import register
 
 __all__ = ["check_fit_loglog_slope"]
@@ -144,7 +146,16 @@ def _cov_ddof_mismatch(sizes, costs):
     return float(cov / var)
 
 
+def _slope_sorts_in_place(sizes, costs):
+    if isinstance(sizes, list):  # sorts the caller's lists: the slope is the same, the caller's data is not
+        pairs = sorted(zip(sizes, costs))
+        sizes[:], costs[:] = [a for a, _ in pairs], [b for _, b in pairs]
+    return ref.fit_loglog_slope.__wrapped__(sizes, costs)
+
+
 SLOPE_MUTANTS = [
+    Mutant("sorts_the_callers_lists", f"fit_loglog_slope {INPLACE.format(name='sizes')}: its items changed or were reordered",
+           _slope_sorts_in_place),
     Mutant("linear_not_loglog",
            "the slope of cost against size was fitted; the growth exponent is the slope of log(cost) against log(size).",
            _linear_fit),
@@ -259,13 +270,13 @@ SLOPE_EXERCISE = Exercise(
     mutants=SLOPE_MUTANTS,
     variants=SLOPE_VARIANTS,
     tips=(_validation_tip,),
-    contract="""The least-squares slope p of log(cost) against log(size): cost ≈ c · size^p.
+    contract=Contract("""The least-squares slope p of log(cost) against log(size): cost ≈ c · size^p.
 
     sizes, costs: lists or 1-D tensors (int or float) of the same length N >= 2, every value > 0,
         not all sizes equal (in any order).  Returns a Python float.
     p is the slope of the least-squares line y = p·x + b through all N points
     (x, y) = (log size, log cost).
     p ≈ 2 for full attention's time and memory in S, p ≈ 1 for linear or sliding-window attention.
-    """,
+    """, same_dtype=False),
 )
 check_fit_loglog_slope = register(SLOPE_EXERCISE)

@@ -18,12 +18,29 @@ Every function
 
 One look for the same thing everywhere:
 - theory / reference curves are dashed, without markers, drawn on top of the measured ones and
-  listed in the legend (``reference=``; names such as "theory: d_k" are recognised);
+  their markers with a white halo, and listed in the legend (``reference=``; names such as
+  "theory: d_k" are recognised). Two reference lines of one figure differ in colour and in
+  dashes (``REFERENCE_COLORS``, ``REFERENCE_DASH_STYLES``; neither is a measured series' look).
+  Where a reference line coincides with a measured curve (within ``COINCIDE_PT`` over a
+  quarter of its length or more, as laid out), the curve shows between its dashes and its name
+  is written on the line, where it covers the fewest other curves. A measured curve that
+  another drawn after it coincides with is drawn wider, as an outline around it; markers too
+  close to tell apart are thinned. A reader always sees both curves;
 - colours go by group, and a group keeps its colour in every figure of the session ("scaled"
   is one colour in the whole notebook; ``groups=``, ``series_color``, ``set_colors``);
 - tick labels sit on positional ticks (repeated tokens such as "<pad>" each keep their own), and
   crowded x labels follow one rule in every function: all rotated by ``XTICK_ROTATION`` degrees;
 - masked cells of an attention map (``mask=``) are grey and hatched, never a colormap colour;
+- text is readable as the notebook shows the figure. A notebook (and the website) shows a
+  figure at most ``SHOWN_WIDTH_PX`` = 800 px wide, scaled down if it is wider, so figures made
+  here are at most ``SHOWN_WIDTH_IN`` = 7.8 in wide at 100 dpi (800 px with the notebook's
+  padding): legends move under the axes when they do not fit beside them, ``panels`` and
+  ``plot_masks`` wrap to a new row, ``plot_heads`` and ``plot_compare`` use more rows
+  (``plot_tree`` draws a diagram at the size its caller laid it out for). Values
+  written in heatmap cells and tick labels are never smaller than a digit ``MIN_TEXT_PX`` = 8 px
+  tall there: a heatmap whose cells are too small leaves its values out, an axis with more
+  labels than it can hold labels every k-th, a log axis shows at least three labelled values
+  where it spans less than a couple of decades;
 - text is cleaned before it is drawn: no emoji, and characters that no installed font can draw
   are left out (Chinese renders through a CJK font when one is installed), so matplotlib never
   prints a "Glyph ... missing" warning.
@@ -57,6 +74,18 @@ from ._base import (  # noqa: F401
     ALL_LABELS,
     MIN_TICK_SIZE,
     REFERENCE_DASH_STYLES,
+    REFERENCE_COLORS,
+    COINCIDE_PT,
+    COINCIDE_FRACTION,
+    SHOWN_WIDTH_PX,
+    SHOWN_DPI,
+    SHOWN_WIDTH_IN,
+    MIN_TEXT_PX,
+    MIN_TEXT_PT,
+    _shown_scale,
+    _min_text_pt,
+    _CourseLine,
+    _CellText,
 )
 from .heatmaps import plot_attention, plot_heads, plot_mask, plot_compare  # noqa: F401
 from .curves import plot_lines, plot_cost, plot_histograms, _loglog_slope  # noqa: F401
@@ -82,4 +111,5 @@ __all__ = [
     "MAY_ATTEND_COLOR",
     "MASKED_COLOR",
     "REFERENCE_COLOR",
+    "REFERENCE_COLORS",
 ]

@@ -6,6 +6,10 @@ from matplotlib.colors import BoundaryNorm, ListedColormap, Normalize
 from matplotlib.patches import Patch
 
 from ._base import (  # noqa: F401
+    ANNOTATION_SIZE,
+    MIN_TEXT_PT,
+    SHOWN_WIDTH_IN,
+    _annotation_cell_in,
     _bool_mask,
     ALL_LABELS,
     DIFF_CMAP,
@@ -65,7 +69,11 @@ def plot_attention(
         x_labels  S_k labels   one per key (a str gives one label per character)
         y_labels  S_q labels   one per query
 
-    ``annotate=None`` writes each value in its cell when the matrix is at most 10 x 10.
+    ``annotate=None`` writes each value in its cell when the matrix is at most 10 x 10. Values
+    are written only where they can be read as the notebook shows the figure (a digit at least
+    8 px tall at 800 px wide): the figure is made large enough for them when it can be (at most
+    7.8 in wide), and when the cells are still too small (many cells, or a narrow ``ax``) the
+    values are left out and the colours alone show them.
     ``vmin=0.0`` suits weights; pass ``vmin=None`` for raw scores. ``vmax=None`` is the data max.
     NaN/inf cells are drawn grey (with a warning).
 
@@ -83,10 +91,12 @@ def plot_attention(
     m = _mask_for(mask, data.shape, "plot_attention", "weights")
     _report_nonfinite(data, "plot_attention", "weights")
     _check_masked_weights(data, m, "plot_attention")
+    ann = _auto_annotate(annotate, data.shape)
     with set_style():
         owned = ax is None
         if owned:
-            fig, axes = _new_figure(figsize or _matrix_figsize(S_q, S_k))
+            cell = _annotation_cell_in(data, fmt) if ann else None
+            fig, axes = _new_figure(figsize or _matrix_figsize(S_q, S_k, cell=cell))
             ax = axes[0, 0]
         else:
             fig = _root_figure(ax)
@@ -95,7 +105,7 @@ def plot_attention(
         norm = Normalize(lo, hi)
         im = _heatmap(
             ax, data, cmap=cm, norm=norm, x_labels=xl, y_labels=yl,
-            annotate=_auto_annotate(annotate, data.shape), fmt=fmt,
+            annotate=ann, fmt=fmt,
             xlabel=xlabel, ylabel=ylabel, title=title, mask=m,
         )
         cbar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
@@ -150,8 +160,11 @@ def plot_heads(
         x_labels  S_k labels,  y_labels  S_q labels (shared by every panel)
         titles    H titles, default "head 0", "head 1", ...
 
-    ``ncols=None`` puts 4 panels in a row, or 2 when a labelled axis has more than 16 tokens, so
-    that every token keeps a readable label (panels grow with the tokens).
+    ``ncols=None`` puts up to 4 panels in a row (2 when a labelled axis has more than 16 tokens),
+    as many as fit in the width a notebook shows unscaled (7.8 in), so that labels stay readable
+    there; panels grow with the tokens, and an axis with more tokens than it can label readably
+    labels every k-th. ``annotate=True`` writes the values where they can be read (see
+    ``plot_attention``), and leaves them out where the cells are too small.
     ``vmin=0.0`` / ``vmax=None`` (the max over all heads) set the shared scale.
     ``mask`` (bool, True = may attend; (S_q, S_k), (H, S_q, S_k) or anything that broadcasts
     to them) draws masked cells hatched grey in every panel, as in ``plot_attention``, with one
@@ -193,6 +206,7 @@ def plot_heads(
                 f"{func}: titles has {len(titles)} entries but there are H = {H} heads"
             )
     labelled = max(S_k if xl is not None else 0, S_q if yl is not None else 0)
+    explicit_ncols = ncols is not None
     if ncols is None:
         ncols = 2 if labelled > 16 else 4
     if isinstance(ncols, bool) or not isinstance(ncols, (int, np.integer)) or ncols < 1:
@@ -200,11 +214,23 @@ def plot_heads(
     m = _mask_for(mask, arr.shape, func, "weights (H, S_q, S_k)")
     _report_nonfinite(arr, func, "weights")
     _check_masked_weights(arr, m, func)
+    panel = float(np.clip(0.24 * max(S_q, S_k) + 1.3, 2.2, 3.4))
+    room = SHOWN_WIDTH_IN - 1.0  # the colorbar and the y labels take about 1 in
+    widest = room / min(2, H)  # panels grow up to two in a row, never fewer
+    if 0 < labelled <= ALL_LABELS:  # y labels at MIN_TICK_SIZE: 0.135 in per token
+        panel = max(panel, min(0.135 * labelled + 0.9, widest))
+    if annotate:
+        cw, ch = _annotation_cell_in(arr, fmt)
+        panel = max(panel, min(max(cw * S_k, ch * S_q) + 0.9, widest))
+    if explicit_ncols:
+        panel = max(1.5, min(panel, room / min(int(ncols), H)))
+    else:
+        if not (labelled or annotate):  # plain images: panels may shrink to keep the row
+            panel = max(1.7, min(panel, room / min(int(ncols), H)))
+        fit = max(1, min(int(ncols), int(room // panel)))
+        ncols = math.ceil(H / math.ceil(H / fit))  # rows as full as possible: 2 + 2, not 3 + 1
     ncols = min(int(ncols), H)
     nrows = math.ceil(H / ncols)
-    panel = float(np.clip(0.24 * max(S_q, S_k) + 1.3, 2.2, 3.4))
-    if 0 < labelled <= ALL_LABELS:  # every token labelled at >= ~7 pt: 0.13 in per token
-        panel = max(panel, min(0.13 * labelled + 1.0, 6.2))
     with set_style():
         size = (ncols * panel + 1.0, nrows * panel + (0.4 if suptitle else 0.1))
         fig, grid = _new_figure(figsize or size, nrows, ncols)
@@ -308,7 +334,10 @@ def plot_compare(
     Expected and yours share one colour scale. The difference panel uses the red half of
     ``DIFF_CMAP`` (white = equal); ``signed=True`` draws yours - expected on the full diverging
     map instead. Cells that are NaN in only one of the two count as different (grey).
-    ``annotate=None`` writes values when the matrices are at most 8 x 8. Returns the ``Figure``.
+    ``annotate=None`` writes values when the matrices are at most 8 x 8, where they can be read
+    as the notebook shows the figure (see ``plot_attention``): the figure stays within 7.8 in, in
+    two rows when written values need it, and values that would still be too small are left
+    out. Returns the ``Figure``.
     """
     func = "plot_compare"
     e = _numbers(expected, func, "expected")
@@ -350,12 +379,29 @@ def plot_compare(
         _warn(f"{func}: {n_bad} cell(s) are NaN in one matrix but not the other (drawn grey)")
 
     ann = _auto_annotate(annotate, e.shape, limit=8)
+    # One row of three panels, at most 7.8 in wide (what a notebook shows unscaled); when written
+    # values need wider cells than a row allows, two rows: expected and yours, then the
+    # difference.
+    _, ph = _matrix_figsize(S_q, S_k, extra_w=0.9)
+    per = (SHOWN_WIDTH_IN - 1.6) / 3
+    pw = float(np.clip(0.42 * S_k + 0.9, 2.0, per))
+    grid = False
+    if ann:
+        def need(size):  # the panels of expected and yours (the difference's may drop them)
+            return S_k * _annotation_cell_in(np.concatenate([e.ravel(), g.ravel()]), ".2f", size)[0] + 0.9
+
+        if need(MIN_TEXT_PT) > per and 2 * need(MIN_TEXT_PT) + 1.3 <= SHOWN_WIDTH_IN:
+            grid, pw = True, min(max(pw, need(ANNOTATION_SIZE)), (SHOWN_WIDTH_IN - 1.3) / 2)
     with set_style():
         if figsize is None:
-            pw, ph = _matrix_figsize(S_q, S_k, extra_w=0.9)
-            figsize = (3 * pw + 1.6, ph + 0.3)
-        fig, axes = _new_figure(figsize, 1, 3)
-        ax_e, ax_g, ax_d = axes[0]
+            figsize = (2 * pw + 1.3, 2 * ph + 0.6) if grid else (3 * pw + 1.6, ph + 0.3)
+        if grid:
+            fig, axes = _new_figure(figsize, 2, 2)
+            (ax_e, ax_g), (ax_d, spare) = axes
+            spare.remove()
+        else:
+            fig, axes = _new_figure(figsize, 1, 3)
+            ax_e, ax_g, ax_d = axes[0]
         lo, hi = _value_range([e, g], None, None, func, "values")
         cm = _cmap(cmap or WEIGHTS_CMAP)
         norm = Normalize(lo, hi)
@@ -371,8 +417,8 @@ def plot_compare(
         else:
             dcm, dnorm, shown = _abs_diff_cmap(), Normalize(0.0, top), absdiff
         dim = _heatmap(
-            ax_d, shown, cmap=dcm, norm=dnorm, fmt=".2g", ylabel=None, title=diff_title,
-            show_y=False, **common,
+            ax_d, shown, cmap=dcm, norm=dnorm, fmt=".2g", ylabel=ylabel if grid else None,
+            title=diff_title, show_y=grid, **common,
         )
         dbar = fig.colorbar(dim, ax=ax_d, fraction=0.05, pad=0.03)
         dbar.outline.set_visible(False)

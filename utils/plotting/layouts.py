@@ -3,7 +3,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 import matplotlib.pyplot as plt
 
+import math
+
 from ._base import (  # noqa: F401
+    SHOWN_WIDTH_IN,
+    _FONT_SIZES,
+    _label_width_pt,
     _finish,
     _matrix,
     _new_figure,
@@ -13,11 +18,25 @@ from ._base import (  # noqa: F401
 )
 from .heatmaps import _bool_mask, plot_mask
 
+def _wrapped_grid(n, min_panel_in, max_cols=None):
+    """(rows, cols) for n panels at least ``min_panel_in`` wide in a figure at most
+    SHOWN_WIDTH_IN wide, rows as full as possible (2 + 2, not 3 + 1)."""
+    fit = max(1, int(SHOWN_WIDTH_IN // min_panel_in))
+    if max_cols is not None:
+        fit = min(fit, max_cols)
+    cols = min(n, fit)
+    rows = math.ceil(n / cols)
+    cols = math.ceil(n / rows)
+    return rows, cols
+
+
 def plot_masks(masks, tick_every=None, *, figsize=None):
-    """Several bool masks side by side, one panel each, in the colours of ``plot_mask``.
+    """Several bool masks side by side, one panel each, in the colours of ``plot_mask``, with one
+    legend for all of them under the panels.
 
     Shapes:
-        masks       {title: (S_q, S_k) bool}, one panel per entry, left to right
+        masks       {title: (S_q, S_k) bool}, one panel per entry, left to right (wrapping to a
+                    second row when they do not fit in the 7.8 in a notebook shows unscaled)
         tick_every  label every k-th position (None: every position)
 
     Returns the ``Figure``.
@@ -25,14 +44,27 @@ def plot_masks(masks, tick_every=None, *, figsize=None):
     func = "plot_masks"
     if not isinstance(masks, Mapping) or not masks:
         raise ValueError(f"{func}: masks must be a non-empty dict {{title: (S_q, S_k) bool mask}}")
+    title_in = max(_label_width_pt(_text(str(t)), _FONT_SIZES["axes.titlesize"]) for t in masks) / 72
+    rows, cols = _wrapped_grid(len(masks), max(2.6, title_in + 0.3))
+    if figsize is None:
+        panel = min(4.0, SHOWN_WIDTH_IN / cols)
+        figsize = (panel * cols, (panel - 0.2) * rows + 0.5)
     with set_style():
-        fig, axes = _new_figure(figsize or (4.5 * len(masks), 4.4), 1, len(masks))
-        for ax, (name, m) in zip(axes[0], masks.items()):
+        fig, axes = _new_figure(figsize, rows, cols)
+        flat = [ax for row in axes for ax in row]
+        for ax, (name, m) in zip(flat, masks.items()):
             S_q, S_k = _matrix(_bool_mask(m, func), func, "mask").shape
             plot_mask(m, title=name, ax=ax)
+            legend = ax.get_legend()
+            handles = legend.legend_handles
+            legend.remove()  # one legend for the figure, below
             if tick_every:  # positions 0, k, 2k, ... on both axes
                 ax.set_xticks(range(0, S_k, tick_every), [str(i) for i in range(0, S_k, tick_every)])
                 ax.set_yticks(range(0, S_q, tick_every), [str(i) for i in range(0, S_q, tick_every)])
+        for ax in flat[len(masks):]:
+            ax.remove()
+        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles),
+                   handlelength=1.2, handleheight=1.2)
     return _finish(fig, True)
 
 
@@ -87,17 +119,35 @@ def plot_tree(nodes, edges, *, note=None, title=None, box=(2.4, 0.86), figsize=(
     return _finish(fig, True)
 
 
-def panels(ncols=2, nrows=1, *, figsize=None, title=None):
+PANEL_MIN_WIDTH = 3.6  # inches: the narrowest panel ``panels`` makes by itself
+
+
+def panels(ncols=2, nrows=1, *, figsize=None, title=None, wrap=None):
     """An empty figure of ``nrows × ncols`` panels in the course's style, to fill with the
     ``plot_*`` helpers through their ``ax=`` argument; make ``fig`` the cell's last expression.
 
-    Returns ``(fig, axes)``, ``axes`` a flat list (row by row). The figure is not kept by pyplot, so
-    a notebook shows it once.
+    The figure is at most 7.8 in wide, what a notebook shows unscaled (800 px with its padding), so that its
+    text and heatmap values stay readable there. Without ``figsize``, panels that would be
+    narrower than ``PANEL_MIN_WIDTH`` wrap to the next row (``wrap=False`` keeps the grid as
+    asked): ``panels(3)`` gives two panels in the first row and one in the second.
+
+    Returns ``(fig, axes)``, ``axes`` a flat list of ``ncols * nrows`` axes (row by row). The
+    figure is not kept by pyplot, so a notebook shows it once.
     """
     if int(ncols) < 1 or int(nrows) < 1:
         raise ValueError(f"panels: ncols and nrows must be >= 1; got {ncols}, {nrows}")
+    ncols, nrows = int(ncols), int(nrows)
+    n = ncols * nrows
+    rows, cols = nrows, ncols
+    if (figsize is None if wrap is None else wrap) and ncols * PANEL_MIN_WIDTH > SHOWN_WIDTH_IN:
+        cols = max(1, int(SHOWN_WIDTH_IN // PANEL_MIN_WIDTH))
+        rows = math.ceil(n / cols)
     with set_style():
-        fig, axes = _new_figure(figsize or (5.2 * ncols, 3.8 * nrows), int(nrows), int(ncols))
+        size = figsize or (min(5.2 * cols, SHOWN_WIDTH_IN), 3.8 * rows)
+        fig, axes = _new_figure(size, rows, cols)
+        flat = [ax for row in axes for ax in row]
+        for ax in flat[n:]:
+            ax.remove()
         if title:
             fig.suptitle(_text(title))
-    return _finish(fig, True), [ax for row in axes for ax in row]
+    return _finish(fig, True), flat[:n]
