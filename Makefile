@@ -19,12 +19,13 @@ FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-fast release autograde feedback export samples benchmark site clean help
+.PHONY: setup lab test test-fast release dist autograde feedback export samples benchmark site clean help
 
 help:
 	@echo "make lab        set up and open JupyterLab on the course"
 	@echo "make test       set up and run every test (CI runs this)"
 	@echo "make release    regenerate notebooks/ from solutions/"
+	@echo "make dist       the course's wheel and the learner bundle (notebooks + wheel) in dist/"
 	@echo "make site       the course as a static website in build/site/html (serve: python -m http.server -d build/site/html)"
 	@echo "make autograde SUBMISSIONS=<dir> REPORTS=<dir>   grade a class"
 	@echo "make feedback   per-student HTML feedback (after autograde)"
@@ -101,6 +102,11 @@ site: setup .system-checked
 release: setup
 	$(BIN)/python tools/render_contracts.py --write
 	$(BIN)/python -m grader release
+
+# What the course ships without the repository (tools/dist.py): dist/attention_course_utils-<v>-py3-none-any.whl
+# and dist/attention-course-<v>.zip (the learner releases of notebooks/, the wheel in wheels/, README.txt).
+dist: setup
+	$(BIN)/python tools/dist.py --out dist
 
 autograde: setup .sandbox-checked
 	$(BIN)/python -m grader autograde --submissions "$(SUBMISSIONS)" --reports "$(REPORTS)"
