@@ -1,17 +1,27 @@
 """The first code cell of every notebook: the course's package, wherever the notebook runs.
 
-It works in three places: the repository's venv (``make lab``: ``utils`` is installed in editable
-mode), a JupyterHub image with the course installed (``pip install``), and a fresh Colab runtime,
-where it installs the course with one ``%pip`` line when it is missing (the repository's address
-comes from ``pyproject.toml``'s ``[project.urls]``, the one place it is written). When ``import
-utils`` finds another module of that name (a ``utils.py`` in the working folder, another package),
-it stops there with a clear message instead of failing three cells later.
+It works in the repository's venv (``make lab``: ``utils`` is installed in editable mode), in a
+JupyterHub image with the course installed, and in a Python without the course (Colab, a learner's
+own): when ``import utils`` finds nothing it installs, in order, the course's wheel beside the
+notebook or in its bundle (the notebook's folder, its parent, ``wheels/`` in either; ``make dist``),
+else the package by name from the package index, else the repository address (``pyproject.toml``'s
+``[project.urls] Repository``, the one place it is written). It installs with ``pip`` in a subprocess
+(plain Python, no ``%pip``): the course with ``--no-deps``, then its other requirements, without
+torch when torch is already importable, so a learner's torch is never replaced. When every way fails
+it stops with one message: what it tried (with pip's line that matters) and what to do.
+
+When ``import utils`` would find something else it names it, before importing it where it can: a
+``utils.py``/``utils/`` of the learner's (its path), one whose own import fails (its path and the
+error), the PyPI package ``utils`` (which writes into the same ``site-packages/utils/`` folder as the
+course's: both distributions are named, with the repair), or the course's package failing to import.
 
     python tools/setup_cell.py --write   # put the cell first in every solutions/*/*.ipynb
     python tools/setup_cell.py --check   # every solution and release has exactly this cell
+    python tools/setup_cell.py --print   # the cell as rendered
 
 (The releases get it from ``make release``.) The cell is a demo cell: the release locks it, and
-grading runs only its definitions (its imports), so its ``%pip`` line never runs there.
+grading runs only its definitions (the function), so nothing is installed there. On success it
+prints the one line ``OUTPUT`` (stored outputs compare it); an install adds one line before it.
 """
 from __future__ import annotations
 
@@ -33,11 +43,14 @@ def _course_setup():
     import importlib, importlib.metadata, importlib.util, os, re, site, subprocess, sys
     from pathlib import Path
 
-    def find():  # the spec of what `import utils` would import (None: nothing, or a bare folder)
+    def refresh():  # see what pip just wrote (and its --user fallback, whose folder may be new)
         importlib.invalidate_caches()
         user = site.getusersitepackages() if site.ENABLE_USER_SITE else ""
-        if user and os.path.isdir(user) and user not in sys.path:  # pip's --user fallback made it just now
+        if user and os.path.isdir(user) and user not in sys.path:
             site.addsitedir(user)
+
+    def find():  # the spec of what `import utils` would import (None: nothing, or a bare folder)
+        refresh()
         try:
             spec = importlib.util.find_spec("utils")
         except ValueError:
@@ -52,8 +65,8 @@ def _course_setup():
                     return None
             except Exception as e:
                 return f"The course's package `utils` at {where.parent} fails to import: {type(e).__name__}: {e}"
-        owners = sorted({d.metadata["Name"] for d in importlib.metadata.distributions() for f in d.files or []
-                         if str(f) in ("utils/__init__.py", "utils.py") and Path(d.locate_file(f)) == where})
+        owners = sorted({d.metadata["Name"] or "?" for d in importlib.metadata.distributions() for f in d.files or []
+                         if str(f) in ("utils/__init__.py", "utils.py") and Path(d.locate_file(f)).resolve() == where.resolve()})
         shown = where.parent if where.name == "__init__.py" else where
         if len(owners) > 1:
             return (f"`import utils` finds {shown}, a folder that {' and '.join(owners)} both wrote into (`pip install "
@@ -82,10 +95,14 @@ def _course_setup():
 
     def install(source, index):
         torch = importlib.util.find_spec("torch") is not None
-        error = pip("--no-deps", source, index=index)
+        error = pip("--no-deps", "--force-reinstall", source, index=index)  # the course only: never torch
         if error is None:  # then what it needs, without torch when there is one
-            needs = [r for r in importlib.metadata.requires("__PACKAGE__") or []
-                     if "extra ==" not in r and not (torch and re.match(r"torch\\b", r))]
+            refresh()
+            try:
+                needs = [r for r in importlib.metadata.requires("__PACKAGE__") or []
+                         if "extra ==" not in r and not (torch and re.match(r"torch\\b", r))]
+            except importlib.metadata.PackageNotFoundError:
+                needs = []
             error = pip(*needs) if needs else None
         if error is None:
             print(f"installed __PACKAGE__ from {source}" + (f", keeping torch {importlib.metadata.version('torch')}" if torch else ""))
