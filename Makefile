@@ -19,7 +19,7 @@ FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-fast release dist autograde feedback export samples benchmark site clean help
+.PHONY: setup lab test test-fast release dist release-assignment collect autograde feedback export samples benchmark site clean help
 
 help:
 	@echo "make lab        set up and open JupyterLab on the course"
@@ -27,6 +27,8 @@ help:
 	@echo "make release    regenerate notebooks/ from solutions/"
 	@echo "make dist       the course's wheel and the learner bundle (notebooks + wheel) in dist/"
 	@echo "make site       the course as a static website in build/site/html (serve: python -m http.server -d build/site/html)"
+	@echo "make release-assignment NAME=<NN_name>   put a chapter in nbgrader's exchange (NBGRADER_EXCHANGE) for a hub's Assignments tab"
+	@echo "make collect NAME=<NN_name>   gather the class's submissions from the exchange into grader/work/submitted/"
 	@echo "make autograde SUBMISSIONS=<dir> REPORTS=<dir>   grade a class"
 	@echo "make feedback   per-student HTML feedback (after autograde)"
 	@echo "make export ROSTER=<canvas.csv>   grades for Canvas (canvas.csv) and any LMS (grades_wide.csv) in REPORTS"
@@ -107,6 +109,15 @@ release: setup
 # and dist/attention-course-<v>.zip (the learner releases of notebooks/, the wheel in wheels/, README.txt).
 dist: setup
 	$(BIN)/python tools/dist.py --out dist
+
+# A hub with nbgrader's exchange: NBGRADER_EXCHANGE names its shared folder (grader/nbgrader_config.py;
+# default grader/work/exchange). release-assignment puts notebooks/<NAME> there for the learners'
+# Assignments tab (FORCE=1 replaces a release); collect gathers every submission (the latest per
+# learner) into grader/work/submitted/<learner>/<NAME>/, for `make autograde`.
+NAME ?=
+release-assignment collect: setup
+	@test -n "$(NAME)" || { echo "usage: make $@ NAME=<NN_name>, e.g. NAME=03_scaled_dot_product_attention"; exit 2; }
+	$(BIN)/nbgrader $(if $(filter collect,$@),collect --update,release_assignment $(if $(FORCE),--force)) "$(NAME)"
 
 autograde: setup .sandbox-checked
 	$(BIN)/python -m grader autograde --submissions "$(SUBMISSIONS)" --reports "$(REPORTS)"
