@@ -34,10 +34,17 @@ help:
 	@echo "make export ROSTER=<canvas.csv>   grades for Canvas (canvas.csv) and any LMS (grades_wide.csv) in REPORTS"
 	@echo "make benchmark  time the notebooks, the checks and grading; writes $(REPORTS)/benchmark.md and .json"
 
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11 is needed (python3.11 or python3 on PATH)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@# torch's CPU build from PyTorch's own index where it is reachable (a short timeout); else
+	@# requirements.txt gets torch from PyPI: on Linux that is the CUDA build with NVIDIA's packages
+	@# (several GB; it runs the course on the CPU all the same), on macOS and Windows the CPU build.
+	$(BIN)/python -m pip install --quiet --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) \
+	  "$$(grep -E '^torch==' requirements.txt)" 2>/dev/null \
+	  || echo "note: $(TORCH_CPU_INDEX) is not reachable: torch comes from the default index (on Linux its CUDA build)"
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/jupyter server extension enable --sys-prefix nbgrader.server_extensions.formgrader >/dev/null
