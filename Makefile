@@ -19,23 +19,33 @@ FEEDBACK ?= $(REPORTS)/feedback
 PORT ?= 8888
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-fast release autograde feedback export samples benchmark mutants site clean help
+.PHONY: setup lab test test-fast release dist release-assignment collect autograde feedback export samples benchmark mutants site clean help
 
 help:
 	@echo "make lab        set up and open JupyterLab on the course"
 	@echo "make test       set up and run every test (CI runs this)"
 	@echo "make release    regenerate notebooks/ from solutions/"
+	@echo "make dist       the course's wheel and the learner bundle (notebooks + wheel) in dist/"
 	@echo "make site       the course as a static website in build/site/html (serve: python -m http.server -d build/site/html)"
+	@echo "make release-assignment NAME=<NN_name>   put a chapter in nbgrader's exchange (NBGRADER_EXCHANGE) for a hub's Assignments tab"
+	@echo "make collect NAME=<NN_name>   gather the class's submissions from the exchange into grader/work/submitted/"
 	@echo "make autograde SUBMISSIONS=<dir> REPORTS=<dir>   grade a class"
 	@echo "make feedback   per-student HTML feedback (after autograde)"
 	@echo "make export ROSTER=<canvas.csv>   grades for Canvas (canvas.csv) and any LMS (grades_wide.csv) in REPORTS"
 	@echo "make benchmark  time the notebooks, the checks and grading; writes $(REPORTS)/benchmark.md and .json"
 	@echo "make mutants    machine-made mutants of every reference through its check; writes tools/mutation/report.md and .json"
 
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11 is needed (python3.11 or python3 on PATH)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@# torch's CPU build from PyTorch's own index where it is reachable (a short timeout); else
+	@# requirements.txt gets torch from PyPI: on Linux that is the CUDA build with NVIDIA's packages
+	@# (several GB; it runs the course on the CPU all the same), on macOS and Windows the CPU build.
+	$(BIN)/python -m pip install --quiet --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) \
+	  "$$(grep -E '^torch==' requirements.txt)" 2>/dev/null \
+	  || echo "note: $(TORCH_CPU_INDEX) is not reachable: torch comes from the default index (on Linux its CUDA build)"
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/jupyter server extension enable --sys-prefix nbgrader.server_extensions.formgrader >/dev/null
@@ -102,6 +112,20 @@ site: setup .system-checked
 release: setup
 	$(BIN)/python tools/render_contracts.py --write
 	$(BIN)/python -m grader release
+
+# What the course ships without the repository (tools/dist.py): dist/attention_course_utils-<v>-py3-none-any.whl
+# and dist/attention-course-<v>.zip (the learner releases of notebooks/, the wheel in wheels/, README.txt).
+dist: setup
+	$(BIN)/python tools/dist.py --out dist
+
+# A hub with nbgrader's exchange: NBGRADER_EXCHANGE names its shared folder (grader/nbgrader_config.py;
+# default grader/work/exchange). release-assignment puts notebooks/<NAME> there for the learners'
+# Assignments tab (FORCE=1 replaces a release); collect gathers every submission (the latest per
+# learner) into grader/work/submitted/<learner>/<NAME>/, for `make autograde`.
+NAME ?=
+release-assignment collect: setup
+	@test -n "$(NAME)" || { echo "usage: make $@ NAME=<NN_name>, e.g. NAME=03_scaled_dot_product_attention"; exit 2; }
+	$(BIN)/nbgrader $(if $(filter collect,$@),collect --update,release_assignment $(if $(FORCE),--force)) "$(NAME)"
 
 autograde: setup .sandbox-checked
 	$(BIN)/python -m grader autograde --submissions "$(SUBMISSIONS)" --reports "$(REPORTS)"

@@ -21,9 +21,11 @@ c.CourseDirectory.feedback_directory = "grader/work/feedback"
 # for a large class, e.g. postgresql://user@host/attention).
 c.CourseDirectory.db_url = os.environ.get("GRADEBOOK_URL", f"sqlite:///{ROOT / 'grader' / 'gradebook.db'}")
 
-# The exchange (where nbgrader's release/collect would put files) lives inside the course, made on
-# demand and git-ignored: formgrader then starts without a warning about a missing system folder.
-EXCHANGE = ROOT / "grader" / "work" / "exchange"
+# The exchange (where nbgrader's release_assignment puts a chapter, learners fetch and submit, and
+# collect gathers): NBGRADER_EXCHANGE when set (a hub's shared folder, e.g. /srv/nbgrader/exchange,
+# writable by every learner); else inside the course, made on demand and git-ignored, so that
+# formgrader starts without a warning about a missing system folder.
+EXCHANGE = Path(os.environ.get("NBGRADER_EXCHANGE") or ROOT / "grader" / "work" / "exchange")
 try:
     EXCHANGE.mkdir(parents=True, exist_ok=True)
 except OSError:

@@ -3,9 +3,9 @@
 - ``pip install`` of a built wheel (not the editable checkout) gives a working ``utils`` with its
   bundled data, and one chapter executes from a folder outside the repository with only that wheel
   on the path: every check passes and the sonnets load.
-- The set-up cell that starts every notebook imports the course's package, stops with a clear
-  message when another ``utils`` shadows it, and in a fresh Colab runtime installs the course with
-  one ``%pip`` line from the address in ``pyproject.toml``.
+- The set-up cell that starts every notebook imports the course's package and stops with a clear
+  message when another ``utils`` shadows it. Its installs (the bundle's wheel, the index, the
+  repository address) and its other diagnoses are tested in tests/test_dist.py.
 """
 import json
 import shutil
@@ -106,27 +106,6 @@ def test_setup_cell_names_a_utils_that_shadows_the_course(tmp_path):
     nb = _run([setup_cell.render()], tmp_path)
     text = _text(nb.cells[0])
     assert "ImportError" in text and "utils.py" in text and "not the course's package" in text
-
-
-def test_setup_cell_installs_the_course_in_colab(tmp_path):
-    fake_colab = (
-        "import sys, types\n"
-        "sys.modules['google'] = types.ModuleType('google')\n"
-        "sys.modules['google.colab'] = types.ModuleType('google.colab')\n"
-        "sys.modules['utils'] = None  # a fresh runtime: `import utils` finds nothing\n"
-        "calls = []\n"
-        "def pip(line):\n"
-        "    calls.append(line)\n"
-        "    del sys.modules['utils']  # the install made it importable\n"
-        "get_ipython().register_magic_function(pip, 'line', 'pip')\n")
-    nb = _run([fake_colab, setup_cell.render(), "print(calls)"], tmp_path)
-    assert _text(nb.cells[1]).strip() == setup_cell.OUTPUT.strip(), _text(nb.cells[1])
-    url = setup_cell.repository_url()
-    assert _text(nb.cells[2]).strip() == repr([f'install --quiet "attention-course-utils @ git+{url}"'])
-    # outside Colab a missing package is a clear message, never an install
-    nb = _run([fake_colab.replace("sys.modules['google.colab'] = types.ModuleType('google.colab')\n", ""),
-               setup_cell.render(), "print(calls)"], tmp_path)
-    assert "not installed" in _text(nb.cells[1]) and _text(nb.cells[2]).strip() == "[]"
 
 
 def test_every_notebook_starts_with_the_setup_cell():

@@ -1,17 +1,27 @@
 """The first code cell of every notebook: the course's package, wherever the notebook runs.
 
-It works in three places: the repository's venv (``make lab``: ``utils`` is installed in editable
-mode), a JupyterHub image with the course installed (``pip install``), and a fresh Colab runtime,
-where it installs the course with one ``%pip`` line when it is missing (the repository's address
-comes from ``pyproject.toml``'s ``[project.urls]``, the one place it is written). When ``import
-utils`` finds another module of that name (a ``utils.py`` in the working folder, another package),
-it stops there with a clear message instead of failing three cells later.
+It works in the repository's venv (``make lab``: ``utils`` is installed in editable mode), in a
+JupyterHub image with the course installed, and in a Python without the course (Colab, a learner's
+own): when ``import utils`` finds nothing it installs, in order, the course's wheel beside the
+notebook or in its bundle (the notebook's folder, its parent, ``wheels/`` in either; ``make dist``),
+else the package by name from the package index, else the repository address (``pyproject.toml``'s
+``[project.urls] Repository``, the one place it is written). It installs with ``pip`` in a subprocess
+(plain Python, no ``%pip``): the course with ``--no-deps``, then its other requirements, without
+torch when torch is already importable, so a learner's torch is never replaced. When every way fails
+it stops with one message: what it tried (with pip's line that matters) and what to do.
+
+When ``import utils`` would find something else it names it, before importing it where it can: a
+``utils.py``/``utils/`` of the learner's (its path), one whose own import fails (its path and the
+error), the PyPI package ``utils`` (which writes into the same ``site-packages/utils/`` folder as the
+course's: both distributions are named, with the repair), or the course's package failing to import.
 
     python tools/setup_cell.py --write   # put the cell first in every solutions/*/*.ipynb
     python tools/setup_cell.py --check   # every solution and release has exactly this cell
+    python tools/setup_cell.py --print   # the cell as rendered
 
 (The releases get it from ``make release``.) The cell is a demo cell: the release locks it, and
-grading runs only its definitions (its imports), so its ``%pip`` line never runs there.
+grading runs only its definitions (the function), so nothing is installed there. On success it
+prints the one line ``OUTPUT`` (stored outputs compare it); an install adds one line before it.
 """
 from __future__ import annotations
 
@@ -25,25 +35,105 @@ CELL_ID = "setup"
 PACKAGE = "attention-course-utils"
 OUTPUT = "✅ the course's package `utils` is ready\n"
 
-TEMPLATE = '''# Set-up（环境）: the course's package `utils`. In a fresh Colab runtime the first run installs it.
-import sys
+TEMPLATE = """# Set-up（环境）: the course's package `utils`. Where it is missing (Colab, your own Python), this cell
+# installs it: the course's wheel beside this notebook or in its bundle, else the package index, else the
+# repository. A torch you already have is kept.
+def _course_setup():
+    \"\"\"None when `import utils` gives the course's package; otherwise what is wrong and what to do.\"\"\"
+    import importlib, importlib.metadata, importlib.util, os, re, site, subprocess, sys
+    from pathlib import Path
 
-try:
-    import utils
-    if getattr(utils, "COURSE", None) != "attention-course":
-        raise ImportError(
-            f"`import utils` found {{getattr(utils, '__file__', None) or utils!r}}, which is not the course's package: "
-            "rename that file or folder (or open the notebook from another folder), then restart the kernel."
-        )
-except ModuleNotFoundError:
-    if "google.colab" not in sys.modules:
-        raise ModuleNotFoundError(
-            "The course's package `utils` is not installed: run `make lab` in the repository, or "
-            "`pip install \\"{package} @ git+{url}\\"`."
-        ) from None
-    %pip install --quiet "{package} @ git+{url}"
-    import utils
-print("✅ the course's package `utils` is ready")'''
+    def refresh():  # see what pip just wrote (and its --user fallback, whose folder may be new)
+        importlib.invalidate_caches()
+        user = site.getusersitepackages() if site.ENABLE_USER_SITE else ""
+        if user and os.path.isdir(user) and user not in sys.path:
+            site.addsitedir(user)
+
+    def find():  # the spec of what `import utils` would import (None: nothing, or a bare folder)
+        refresh()
+        try:
+            spec = importlib.util.find_spec("utils")
+        except ValueError:
+            return None
+        return spec if spec is not None and spec.origin else None
+
+    def diagnose(spec):
+        where = Path(spec.origin)
+        if where.name == "__init__.py" and 'COURSE = "attention-course"' in where.read_text(errors="replace"):
+            try:
+                if getattr(importlib.import_module("utils"), "COURSE", None) == "attention-course":
+                    return None
+            except Exception as e:
+                return f"The course's package `utils` at {where.parent} fails to import: {type(e).__name__}: {e}"
+        owners = sorted({d.metadata["Name"] or "?" for d in importlib.metadata.distributions() for f in d.files or []
+                         if str(f) in ("utils/__init__.py", "utils.py") and Path(d.locate_file(f)).resolve() == where.resolve()})
+        shown = where.parent if where.name == "__init__.py" else where
+        if len(owners) > 1:
+            return (f"`import utils` finds {shown}, a folder that {' and '.join(owners)} both wrote into (`pip install "
+                    f"utils` puts its files where the course's are). Repair: `pip uninstall -y {' '.join(owners)}`, "
+                    "restart the kernel, run this cell again (it reinstalls the course).")
+        if owners:
+            return (f"`import utils` finds {shown}, from the package {owners[0]}, not the course's: "
+                    f"`pip uninstall -y {owners[0]}`, restart the kernel, run this cell again.")
+        try:
+            importlib.import_module("utils")
+        except Exception as e:
+            return (f"`import utils` finds {shown}, which is not the course's package, and its import fails: "
+                    f"{type(e).__name__}: {e}. Rename it (or open the notebook from another folder), restart the kernel.")
+        return (f"`import utils` finds {shown}, which is not the course's package: rename it (or open the notebook "
+                "from another folder), then restart the kernel.")
+
+    def pip(*args, index=True):  # None, or the line of pip's output that says why it failed
+        cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *args]
+        cmd += ["--retries", "1", "--timeout", "15"] if index else ["--no-index"]
+        run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+        lines = [line.strip() for line in (run.stdout + run.stderr).splitlines() if line.strip()]
+        why = next((ln for ln in lines if ln.startswith("fatal:")), None) or \\
+            next((ln for ln in reversed(lines) if ln.startswith("ERROR:")), lines[-1] if lines else "failed")
+        offline = not why.startswith("fatal:") and any(s in run.stderr for s in ("NewConnectionError", "resolve"))
+        return None if run.returncode == 0 else why + (" (no connection to the package index)" if offline else "")
+
+    def install(source, index):
+        torch = importlib.util.find_spec("torch") is not None
+        error = pip("--no-deps", "--force-reinstall", source, index=index)  # the course only: never torch
+        if error is None:  # then what it needs, without torch when there is one
+            refresh()
+            try:
+                needs = [r for r in importlib.metadata.requires("__PACKAGE__") or []
+                         if "extra ==" not in r and not (torch and re.match(r"torch\\b", r))]
+            except importlib.metadata.PackageNotFoundError:
+                needs = []
+            error = pip(*needs) if needs else None
+        if error is None:
+            print(f"installed __PACKAGE__ from {source}" + (f", keeping torch {importlib.metadata.version('torch')}" if torch else ""))
+        return error
+
+    spec = find()
+    if spec is None:
+        here = Path.cwd()
+        places = [here, here.parent, here / "wheels", here.parent / "wheels"]
+        wheels = sorted({w for p in places for w in p.glob("attention_course_utils-*.whl")},
+                        key=lambda w: [int(n) for n in re.findall(r"\\d+", w.name.split("-")[1])])
+        tried = [] if wheels else [f"  - a wheel attention_course_utils-*.whl in {here}, its parent, or wheels/ in either: none"]
+        for source, index in [(str(w), False) for w in wheels[-1:]] + [
+                ("__PACKAGE__", True), ("__PACKAGE__ @ git+__REPOSITORY__", True)]:
+            error = install(source, index)
+            spec = None if error else find()
+            if spec is not None:
+                break
+            tried.append(f"  - {source}: {error or 'installed, but `import utils` still finds nothing'}")
+        else:
+            return ("The course's package `utils` is not installed, and installing it failed:\\n" + "\\n".join(tried) +
+                    "\\nWhat to do: upload the course's wheel (attention_course_utils-<version>-py3-none-any.whl, in the "
+                    "course's bundle attention-course-<version>.zip under wheels/) next to this notebook and run this "
+                    "cell again; or unzip the bundle and open the notebook from there.")
+    return diagnose(spec)
+
+
+_problem = _course_setup()
+if _problem:
+    raise ImportError(_problem)
+print("✅ the course's package `utils` is ready")"""
 
 
 def repository_url() -> str:
@@ -51,8 +141,8 @@ def repository_url() -> str:
     return meta["project"]["urls"]["Repository"]
 
 
-def render() -> str:
-    return TEMPLATE.format(package=PACKAGE, url=repository_url())
+def render(url: str | None = None) -> str:
+    return TEMPLATE.replace("__PACKAGE__", PACKAGE).replace("__REPOSITORY__", url or repository_url())
 
 
 def cell() -> dict:
