@@ -139,17 +139,11 @@ def read_message(message: str, clue_prefix: str, share_prefix: str) -> dict:
 # ----------------------------------------------------------------------------------------------
 # the equivalence probe: does the mutant ever differ from the reference?
 # ----------------------------------------------------------------------------------------------
-def _tensors(obj, depth=0):
-    import torch
+def _tensors(obj):
+    """Every tensor in nested arguments: the checks' own walk (utils.checks._model)."""
+    from utils.checks._model import _tensors as tensors
 
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif depth < 4 and isinstance(obj, (tuple, list)):
-        for v in obj:
-            yield from _tensors(v, depth + 1)
-    elif depth < 4 and isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v, depth + 1)
+    return tensors(obj)
 
 
 def _map(obj, fn, depth=0):
