@@ -134,3 +134,16 @@ def test_work_file_round_trip_keeps_markdown_verbatim(sandbox, tmp_path):
     en_path, zh_path = i18n.dump(chapter, tmp_path / "work")
     blocks = i18n.parse_blocks(en_path.read_text(encoding="utf-8"))
     assert blocks == dict(i18n.english_cells(chapter))
+
+
+@pytest.mark.parametrize("chapter", TRANSLATED or [pytest.param(None, marks=pytest.mark.skip("no chapter translated"))])
+def test_no_model_answer_reaches_the_chinese_release(chapter):
+    """The Chinese of an answer cell (marking scheme, model answer) stays in the instructor's version."""
+    teacher = i18n.load_nb(i18n.ZH_SOLUTIONS / chapter / f"{chapter}.ipynb")
+    learner = i18n.load_nb(i18n.ZH_NOTEBOOKS / chapter / f"{chapter}.ipynb")
+    release_text = "\n".join(i18n.source(c) for c in learner["cells"])
+    for c in teacher["cells"]:
+        if c["cell_type"] == "markdown" and c["metadata"].get("nbgrader", {}).get("solution"):
+            lines = [ln.strip() for ln in i18n.source(c).splitlines() if len(ln.strip()) > 12]
+            leaked = [ln for ln in lines if ln in release_text]
+            assert not leaked, f"{chapter} {c['id']}: {leaked[:3]}"

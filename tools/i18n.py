@@ -216,8 +216,11 @@ _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "=== BEGIN MARK SCHEME ===", "=== END MARK SCHEME ===")
 
 
+_DIMS = re.compile(r"\b\d-D\b")  # "2-D" is 二维 in Chinese
+
+
 def _strip(text: str) -> str:
-    return _CODE.sub(" ", _MATH.sub(" ", text))
+    return _DIMS.sub(" ", _CODE.sub(" ", _MATH.sub(" ", text)))
 
 
 def structure_problems(en: str, zh: str) -> list[str]:
@@ -227,8 +230,10 @@ def structure_problems(en: str, zh: str) -> list[str]:
     for what, pat in (("formula", _MATH), ("inline code", _CODE), ("link target", _URL)):
         a, b = sorted(pat.findall(en)), sorted(pat.findall(zh))
         if a != b:
-            missing = [x for x in a if x not in b][:3]
-            extra = [x for x in b if x not in a][:3]
+            from collections import Counter
+
+            missing = list((Counter(a) - Counter(b)).elements())[:3]
+            extra = list((Counter(b) - Counter(a)).elements())[:3]
             out.append(f"{what}s differ: missing {missing}, added {extra}")
     na, nb = sorted(_NUM.findall(_strip(en))), sorted(_NUM.findall(_strip(zh)))
     if [x for x in na if x not in nb]:
