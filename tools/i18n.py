@@ -78,10 +78,48 @@ def save_nb(nb: dict, path: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
+# A prompt's rules block is generated from the exercise's declaration (tools/render_contracts.py): a
+# cell's catalogue entry holds it as one marker line, and its lines are translated once, in
+# i18n/zh/rules.po, so that a changed declaration never makes the prose around it stale.
+RULES = re.compile(r"^<!-- rules: (\S+) \(generated[^\n]*-->\n.*?^<!-- /rules -->", re.S | re.M)
+RULES_CATALOGUE = "rules"
+
+
+def rules_marker(name: str) -> str:
+    return f"<!-- rules: {name} -->"
+
+
+def masked(text: str) -> str:
+    """The cell's source with each generated rules block replaced by its marker line."""
+    return RULES.sub(lambda m: rules_marker(m.group(1)), text)
+
+
+def rules_lines(text: str) -> list[str]:
+    """The translatable lines of the rules blocks in ``text`` (not the comment lines, not blank ones)."""
+    out = []
+    for m in RULES.finditer(text):
+        for line in m.group(0).splitlines()[1:-1]:
+            if line.strip():
+                out.append(line)
+    return out
+
+
 def english_cells(chapter: str) -> list[tuple[str, str]]:
-    """(cell id, English source) of every markdown cell of the chapter's source, in order."""
+    """(cell id, English source with rules blocks as markers) of every markdown cell, in order."""
     nb = load_nb(SOLUTIONS / chapter / f"{chapter}.ipynb")
-    return [(c["id"], source(c)) for c in nb["cells"] if c["cell_type"] == "markdown"]
+    return [(c["id"], masked(source(c))) for c in nb["cells"] if c["cell_type"] == "markdown"]
+
+
+def all_rules_lines() -> list[str]:
+    """Every distinct line of every rules block of the course, in order of first appearance."""
+    seen = {}
+    for ch in chapters():
+        nb = load_nb(SOLUTIONS / ch / f"{ch}.ipynb")
+        for c in nb["cells"]:
+            if c["cell_type"] == "markdown":
+                for line in rules_lines(source(c)):
+                    seen.setdefault(line, None)
+    return list(seen)
 
 
 def digest(text: str) -> str:
@@ -130,8 +168,15 @@ def entries(cat: Catalog) -> dict[str, object]:
     return {m.context: m for m in cat._messages.values() if m.id and m.context}
 
 
+def _cells_of(chapter: str) -> list[tuple[str, str]]:
+    if chapter == RULES_CATALOGUE:
+        return [(f"rule-{digest(line)}", line) for line in all_rules_lines()]
+    return english_cells(chapter)
+
+
 def update(chapter: str, create: bool = False) -> list[str]:
-    """Sync one catalogue with the chapter's markdown cells. Returns what changed, one line each."""
+    """Sync one catalogue with the chapter's markdown cells (or, for ``rules``, with the lines of every
+    rules block). Returns what changed, one line each."""
     if po_path(chapter).exists():
         old = read_catalogue(chapter)
     elif create:
@@ -141,7 +186,8 @@ def update(chapter: str, create: bool = False) -> list[str]:
     have = entries(old)
     new = _new_catalogue(chapter)
     said = []
-    for cid, en in english_cells(chapter):
+    cells = _cells_of(chapter)
+    for cid, en in cells:
         prev = have.get(cid)
         comment = [f"sha256:{digest(en)}"]
         if prev is None:
@@ -154,7 +200,7 @@ def update(chapter: str, create: bool = False) -> list[str]:
             new.add(en, prev.string, context=cid, auto_comments=comment, flags={"fuzzy"} | set(prev.flags),
                     previous_id=[prev.previous_id[0] if prev.previous_id and "fuzzy" in prev.flags else prev.id])
             said.append(f"{chapter} {cid}: English changed, translation marked fuzzy")
-    gone = set(have) - {cid for cid, _ in english_cells(chapter)}
+    gone = set(have) - {cid for cid, _ in cells}
     said += [f"{chapter} {cid}: cell removed, its entry dropped" for cid in sorted(gone)]
     write_catalogue(chapter, new)
     return said
@@ -165,7 +211,7 @@ def dump(chapter: str, out: Path) -> tuple[Path, Path]:
     cat = entries(read_catalogue(chapter))
     out.mkdir(parents=True, exist_ok=True)
     en_lines, zh_lines = [], []
-    for cid, en in english_cells(chapter):
+    for cid, en in _cells_of(chapter):
         m = cat.get(cid)
         en_lines += [f"=== cell {cid}", en, ""]
         zh_lines += [f"=== cell {cid}", (m.string if m is not None else "") or "", ""]
@@ -263,6 +309,40 @@ def glossary_problems(en: str, zh: str, terms: list[dict]) -> list[str]:
     return out
 
 
+def _entry_problems(where: str, m, en: str, terms) -> list[str]:
+    if m is None:
+        return [f"{where}: no entry (run `python tools/i18n.py update`)"]
+    if m.id != en:
+        diff = "\n".join(difflib.unified_diff(m.id.splitlines(), en.splitlines(), "translated", "now", lineterm="", n=1))
+        return [f"{where}: the English changed since the catalogue was updated:\n{diff}"]
+    if "fuzzy" in m.flags:
+        before = m.previous_id[0] if m.previous_id else ""
+        diff = "\n".join(difflib.unified_diff(before.splitlines(), en.splitlines(), "translated", "now", lineterm="", n=1))
+        return [f"{where}: translation is fuzzy (the English changed since it was translated):\n{diff}"]
+    if not m.string.strip():
+        return [f"{where}: not translated"]
+    out = structure_problems(en, m.string) + glossary_problems(en, m.string, terms)
+    for marker in re.findall(r"<!-- rules: \S+ -->", en):
+        if m.string.count(marker) != en.count(marker):
+            out.append(f"the marker {marker} (where the translated rules block goes) must stay, once")
+    return [f"{where}: {p}" for p in out]
+
+
+def rules_problems() -> list[str]:
+    """The rules catalogue: every line of every rules block translated and current."""
+    if not po_path(RULES_CATALOGUE).exists():
+        return [f"{po_path(RULES_CATALOGUE).relative_to(ROOT)} is missing: run `python tools/i18n.py init rules`"]
+    cat = entries(read_catalogue(RULES_CATALOGUE))
+    terms = glossary()
+    out = []
+    cells = _cells_of(RULES_CATALOGUE)
+    for cid, en in cells:
+        out += _entry_problems(f"rules line {cid} ({en[:60]}…)", cat.get(cid), en, terms)
+    extra = set(cat) - {cid for cid, _ in cells}
+    out += [f"rules: entry for a line no rules block has any more: {cid} (run `update rules`)" for cid in sorted(extra)]
+    return out
+
+
 def problems(chapter: str) -> list[str]:
     """Everything the test holds a chapter of the Chinese edition to."""
     out = []
@@ -270,27 +350,26 @@ def problems(chapter: str) -> list[str]:
     terms = glossary()
     cells = english_cells(chapter)
     for cid, en in cells:
-        m = cat.get(cid)
-        where = f"{chapter} cell {cid}"
-        if m is None:
-            out.append(f"{where}: no entry (run `python tools/i18n.py update {chapter}`)")
-            continue
-        if m.id != en:
-            diff = "\n".join(difflib.unified_diff(m.id.splitlines(), en.splitlines(), "translated", "now", lineterm="", n=1))
-            out.append(f"{where}: the English changed since the catalogue was updated:\n{diff}")
-            continue
-        if "fuzzy" in m.flags:
-            before = m.previous_id[0] if m.previous_id else ""
-            diff = "\n".join(difflib.unified_diff(before.splitlines(), en.splitlines(), "translated", "now", lineterm="", n=1))
-            out.append(f"{where}: translation is fuzzy (the English changed since it was translated):\n{diff}")
-            continue
-        if not m.string.strip():
-            out.append(f"{where}: not translated")
-            continue
-        out += [f"{where}: {p}" for p in structure_problems(en, m.string) + glossary_problems(en, m.string, terms)]
+        out += _entry_problems(f"{chapter} cell {cid}", cat.get(cid), en, terms)
     extra = set(cat) - {cid for cid, _ in cells}
     out += [f"{chapter}: entry for a cell that no longer exists: {cid}" for cid in sorted(extra)]
     return out
+
+
+def translate_rules(text: str) -> str:
+    """English markdown (a cell's full source) with every rules block's lines in Chinese."""
+    cat = entries(read_catalogue(RULES_CATALOGUE)) if po_path(RULES_CATALOGUE).exists() else {}
+
+    def one(m):
+        lines = m.group(0).splitlines()
+        body = []
+        for line in lines[1:-1]:
+            e = cat.get(f"rule-{digest(line)}")
+            body.append(e.string if line.strip() and e is not None and e.string.strip() and e.id == line
+                        and "fuzzy" not in e.flags else line)
+        return "\n".join([lines[0], *body, lines[-1]])
+
+    return RULES.sub(one, text)
 
 
 # ------------------------------------------------------------------------------------------- generation
@@ -303,8 +382,11 @@ def zh_instructor(chapter: str) -> dict:
         if c["cell_type"] != "markdown":
             continue
         m = cat.get(c["id"])
-        if m is not None and m.string.strip() and m.id == source(c):
-            c["source"] = m.string.splitlines(keepends=True)
+        en = source(c)
+        if m is not None and m.string.strip() and m.id == masked(en) and "fuzzy" not in m.flags:
+            blocks = {mm.group(1): mm.group(0) for mm in RULES.finditer(translate_rules(en))}
+            zh = re.sub(r"<!-- rules: (\S+) -->", lambda mm: blocks.get(mm.group(1), mm.group(0)), m.string)
+            c["source"] = zh.splitlines(keepends=True)
     out["metadata"]["language_info"] = {**out["metadata"].get("language_info", {})}
     out["metadata"]["course_language"] = LANG
     return out
@@ -404,7 +486,7 @@ def main(argv=None) -> int:
         for p in build():
             print(p.relative_to(ROOT))
     elif a.cmd == "check":
-        found = [p for ch in translated_chapters() for p in problems(ch)] + generated_problems()
+        found = [p for ch in translated_chapters() for p in problems(ch)] + rules_problems() + generated_problems()
         for p in found:
             print(p)
         return 1 if found else 0
