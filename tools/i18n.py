@@ -35,6 +35,7 @@ import re
 import sys
 import tempfile
 import tomllib
+from collections import Counter
 from pathlib import Path
 
 from babel.messages.catalog import Catalog
@@ -269,24 +270,39 @@ def _strip(text: str) -> str:
     return _DIMS.sub(" ", _CODE.sub(" ", _MATH.sub(" ", text)))
 
 
+_HEADING = re.compile(r"^#+ .*$", re.M)
+
+
 def structure_problems(en: str, zh: str) -> list[str]:
     """What a translation must carry over unchanged: formulas, inline code, link targets, numbers,
-    nbgrader's markers, HTML tags such as <details>."""
+    nbgrader's markers, HTML tags such as <details>. Headings carry the other language's name in
+    full-width parentheses (English "1. Motivation（动机）", Chinese "1. 动机（Motivation）"), so a
+    heading's formulas, code and numbers must appear in its twin, however often."""
     out = []
+    hen, hzh = _HEADING.findall(en), _HEADING.findall(zh)
+    if len(hen) != len(hzh):
+        out.append(f"{len(hen)} headings in English, {len(hzh)} in Chinese")
+    for a, b in zip(hen, hzh):
+        for pat in (_MATH, _CODE):
+            lost = sorted(set(pat.findall(a)) - set(pat.findall(b)))
+            if lost:
+                out.append(f"heading {b!r} lacks {lost}")
+        lost = sorted(set(_NUM.findall(_strip(a))) - set(_NUM.findall(_strip(b))))
+        if lost:
+            out.append(f"heading {b!r} lacks the numbers {lost}")
+    en_full, zh_full = en, zh
+    en, zh = _HEADING.sub("", en), _HEADING.sub("", zh)
     for what, pat in (("formula", _MATH), ("inline code", _CODE), ("link target", _URL)):
-        a, b = sorted(pat.findall(en)), sorted(pat.findall(zh))
-        if a != b:
-            from collections import Counter
-
-            missing = list((Counter(a) - Counter(b)).elements())[:3]
-            extra = list((Counter(b) - Counter(a)).elements())[:3]
-            out.append(f"{what}s differ: missing {missing}, added {extra}")
+        ca, cb = Counter(pat.findall(en)), Counter(pat.findall(zh))
+        if ca != cb:
+            out.append(f"{what}s differ: missing {list((ca - cb).elements())[:3]}, added {list((cb - ca).elements())[:3]}")
     na, nb = sorted(_NUM.findall(_strip(en))), sorted(_NUM.findall(_strip(zh)))
     if [x for x in na if x not in nb]:
         out.append(f"numbers missing in the Chinese: {sorted(set(na) - set(nb))[:6]}")
     for mark in _MARKERS + ("<details>", "</details>", "<summary>"):
         if en.count(mark) != zh.count(mark):
             out.append(f"{mark!r} appears {en.count(mark)}× in English, {zh.count(mark)}× in Chinese")
+    en, zh = en_full, zh_full
     if re.search(r"[A-Za-z]{3}", _strip(en)) and len(_CJK.findall(zh)) < 0.1 * len(_LATIN_WORD.findall(_strip(en))):
         out.append("reads as English: too few Chinese characters for the English it translates")
     if en.lstrip().startswith("#") != zh.lstrip().startswith("#"):
