@@ -310,6 +310,9 @@ def structure_problems(en: str, zh: str) -> list[str]:
     return out
 
 
+_TITLES = re.compile(r'"[^"\n]*"|“[^”\n]*”|(?<![\w*])\*[^*\n]+\*(?![\w*])')
+
+
 def glossary() -> list[dict]:
     with open(GLOSSARY, "rb") as f:
         return tomllib.load(f)["term"]
@@ -317,7 +320,7 @@ def glossary() -> list[dict]:
 
 def glossary_problems(en: str, zh: str, terms: list[dict]) -> list[str]:
     out = []
-    plain_en = _strip(en)
+    plain_en = _TITLES.sub(" ", _strip(en))  # paper titles stay in English
     for t in terms:
         if re.search(t["pattern"] if "pattern" in t else rf"\b{re.escape(t['en'])}", plain_en, re.I):
             if not any(z in zh for z in [t["zh"], *t.get("also", [])]):
