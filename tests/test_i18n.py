@@ -68,8 +68,10 @@ def test_code_cells_and_grading_metadata_are_the_english_ones(chapter):
         assert a["cell_type"] == b["cell_type"]
         ga, gb = a["metadata"].get("nbgrader", {}), b["metadata"].get("nbgrader", {})
         assert {k: v for k, v in ga.items() if k != "checksum"} == {k: v for k, v in gb.items() if k != "checksum"}, a["id"]
-        if a["cell_type"] == "code":
+        if a["cell_type"] == "code" and a["id"] != i18n.SETUP_ID:
             assert i18n.source(a) == i18n.source(b), a["id"]
+        elif a["cell_type"] == "code":  # the set-up cell: the English one plus the language line
+            assert i18n.source(b) == i18n.source(a).rstrip("\n") + "\n" + i18n.SETUP_LINE, a["id"]
 
 
 # ------------------------------------------------------------------------- the rules, on a small copy
@@ -165,3 +167,59 @@ def test_no_model_answer_reaches_the_chinese_release(chapter):
             lines = [ln.strip() for ln in i18n.source(c).splitlines() if len(ln.strip()) > 12]
             leaked = [ln for ln in lines if ln in release_text]
             assert not leaked, f"{chapter} {c['id']}: {leaked[:3]}"
+
+
+# ------------------------------------------------------------- the checks speak the learner's language
+def test_check_messages_follow_course_lang(monkeypatch, capsys):
+    """A failing check shows its frame in Chinese when COURSE_LANG=zh (the Chinese set-up cell sets it),
+    in English otherwise; str(err) stays English for the grader and the tests."""
+    import torch
+
+    import utils.checks as checks
+    from utils import i18n as lang
+
+    def textbook(x, dim=-1):
+        e = torch.exp(x)
+        return e / e.sum(dim=dim, keepdim=True)
+
+    monkeypatch.setenv(lang.ENV, "zh")
+    with pytest.raises(checks.CheckFailure) as err:
+        checks.check_softmax(textbook)
+    shown = "".join(err.value._render_traceback_())
+    assert "个用例中有" in shown and "第一个失败的用例：" in shown and "可能的错误：" in shown
+    assert str(err.value).startswith("softmax: ") and "cases failed" in str(err.value)
+    monkeypatch.setenv(lang.ENV, "en")
+    assert "cases failed" in "".join(err.value._render_traceback_())
+    monkeypatch.delenv(lang.ENV)
+    lang.set_language("zh")
+    try:
+        assert "个用例中有" in "".join(err.value._render_traceback_())
+        monkeypatch.setenv(lang.ENV, "en")  # the environment variable wins
+        assert "cases failed" in "".join(err.value._render_traceback_())
+    finally:
+        lang.set_language("en")
+
+
+def test_quiz_and_pass_lines_in_chinese(monkeypatch, capsys):
+    from utils import i18n as lang
+
+    monkeypatch.setenv(lang.ENV, "zh")
+    assert lang.tr("✅ softmax: 32 visible cases passed. Grading runs more cases, on new random inputs.") == \
+        "✅ softmax：32 个可见用例全部通过。评分时会在新的随机输入上运行更多用例。"
+    assert lang.tr("Not quite: 'a' is not the answer. A hint: Section 2.4.") == "还不对：'a' 不是答案。提示：Section 2.4."
+    assert lang.tr("Answer recorded: 'b' (graded when you submit).") == "已记录答案：'b'（提交后评分）。"
+    assert lang.tr("an untranslated sentence stays as it is") == "an untranslated sentence stays as it is"
+
+
+def test_chinese_setup_cell_sets_the_language():
+    for ch in TRANSLATED:
+        nb = i18n.load_nb(i18n.ZH_NOTEBOOKS / ch / f"{ch}.ipynb")
+        setup = next(c for c in nb["cells"] if c.get("id") == i18n.SETUP_ID)
+        assert 'setdefault("COURSE_LANG", "zh")' in i18n.source(setup), ch
+
+
+def test_readme_has_a_chinese_twin():
+    zh = (ROOT / "README.zh.md").read_text(encoding="utf-8")
+    assert "README.md" in zh and "README.zh.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+    for ch in i18n.chapters():
+        assert f"| {ch[:2]} |" in zh, f"README.zh.md's chapter table lacks {ch}"

@@ -20,6 +20,7 @@ import hashlib
 import math
 import numbers
 
+from ..i18n import say
 from ._core import CheckFailure
 
 __all__ = ["check_choice", "check_number", "quiz_key", "seal_why"]
@@ -85,7 +86,7 @@ def open_why(why: str | None, answer, decimals: int | None = None, qid: str | No
 
 def _verdict(right: bool, shown: str, why: str | None, hint: str | None) -> None:
     if right:
-        print(f"✅ Right: {shown}." + (f" {why}" if why else ""))
+        say(f"✅ Right: {shown}." + (f" {why}" if why else ""))
         return
     raise CheckFailure(
         f"Not quite: {shown} is not the answer." + (f" A hint: {hint}" if hint else " Think it through again.")
@@ -108,7 +109,7 @@ def check_choice(answer, choices: str = "abcd", key: str | None = None, why: str
         )
     letter = answer.strip().lower()
     if key is None:
-        print(f"Answer recorded: {letter!r} (graded when you submit).")
+        say(f"Answer recorded: {letter!r} (graded when you submit).")
         return
     right = quiz_key(letter, qid=qid) == key
     _verdict(right, repr(letter), open_why(why, letter, qid=qid) if right else None, hint)
@@ -129,7 +130,7 @@ def check_number(answer, key: str | None = None, decimals: int = 2, why: str | N
     if not math.isfinite(float(answer)):
         raise CheckFailure(f"The answer should be a finite number; got {answer!r}.")
     if key is None:
-        print(f"Answer recorded: {answer!r} (graded when you submit).")
+        say(f"Answer recorded: {answer!r} (graded when you submit).")
         return
     right = quiz_key(answer, decimals, qid=qid) == key
     _verdict(right, f"{answer!r}", open_why(why, answer, decimals, qid=qid) if right else None, hint)
