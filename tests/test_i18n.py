@@ -187,6 +187,7 @@ def test_check_messages_follow_course_lang(monkeypatch, capsys):
         checks.check_softmax(textbook)
     shown = "".join(err.value._render_traceback_())
     assert "个用例中有" in shown and "第一个失败的用例：" in shown and "可能的错误：" in shown
+    assert "在很大的输入上，exp(x) 发生了上溢" in shown  # the named mistake, from i18n/zh/messages.po
     assert str(err.value).startswith("softmax: ") and "cases failed" in str(err.value)
     monkeypatch.setenv(lang.ENV, "en")
     assert "cases failed" in "".join(err.value._render_traceback_())
@@ -223,3 +224,11 @@ def test_readme_has_a_chinese_twin():
     assert "README.md" in zh and "README.zh.md" in (ROOT / "README.md").read_text(encoding="utf-8")
     for ch in i18n.chapters():
         assert f"| {ch[:2]} |" in zh, f"README.zh.md's chapter table lacks {ch}"
+
+
+def test_messages_catalogue_is_current_and_its_table_generated():
+    """The checks' named mistakes translated so far (i18n/zh/messages.po) are current, keep their
+    formulas and code, and utils/data/messages_zh.json is what the generator writes from them."""
+    found = i18n.messages_problems()
+    assert not found, "\n".join(found[:20])
+    print(f"{len(i18n.messages_table())} of {len(i18n.all_hints())} named mistakes in Chinese")

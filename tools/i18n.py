@@ -172,10 +172,66 @@ def entries(cat: Catalog) -> dict[str, object]:
     return {m.context: m for m in cat._messages.values() if m.id and m.context}
 
 
+MESSAGES_CATALOGUE = "messages"  # the checks' named mistakes (each mutant's hint), translated once
+MESSAGES_JSON = ROOT / "utils" / "data" / f"messages_{LANG}.json"  # what utils.i18n reads at run time
+
+
+def all_hints() -> list[tuple[str, str]]:
+    """(exercise, hint) for every named mistake of every check, in registry order, each hint once."""
+    sys.path.insert(0, str(ROOT))
+    from utils.checks import EXERCISES
+
+    seen, out = set(), []
+    for name, ex in EXERCISES.items():
+        for m in ex.mutants:
+            if m.hint and m.hint not in seen:
+                seen.add(m.hint)
+                out.append((name, m.hint))
+    return out
+
+
 def _cells_of(chapter: str) -> list[tuple[str, str]]:
     if chapter == RULES_CATALOGUE:
         return [(f"rule-{digest(line)}", line) for line in all_rules_lines()]
+    if chapter == MESSAGES_CATALOGUE:
+        return [(f"hint-{digest(h)}", h) for _, h in all_hints()]
     return english_cells(chapter)
+
+
+def messages_table() -> dict:
+    """English hint -> Chinese, for every translated, current entry of the messages catalogue."""
+    if not po_path(MESSAGES_CATALOGUE).exists():
+        return {}
+    cat = entries(read_catalogue(MESSAGES_CATALOGUE))
+    out = {}
+    for cid, en in _cells_of(MESSAGES_CATALOGUE):
+        m = cat.get(cid)
+        if m is not None and m.id == en and m.string.strip() and "fuzzy" not in m.flags:
+            out[en] = m.string
+    return out
+
+
+def messages_json() -> str:
+    return json.dumps(messages_table(), ensure_ascii=False, indent=0, sort_keys=True) + "\n"
+
+
+def messages_problems() -> list[str]:
+    """Entries of the messages catalogue that are stale or malformed (a hint with no entry yet is
+    shown in English, and counted by ``status``); and the run-time table as the generator writes it."""
+    out = []
+    if not po_path(MESSAGES_CATALOGUE).exists():
+        return out
+    cat = entries(read_catalogue(MESSAGES_CATALOGUE))
+    cells = dict(_cells_of(MESSAGES_CATALOGUE))
+    for cid, m in cat.items():
+        if cid not in cells:
+            out.append(f"messages: entry {cid} for a hint no check has any more (run `update messages`)")
+        elif m.string.strip():
+            out += [f"messages {cid} ({cells[cid][:50]}…): {p}" for p in _entry_problems("", m, cells[cid], glossary())
+                    if "not translated" not in p]
+    if not MESSAGES_JSON.exists() or MESSAGES_JSON.read_text(encoding="utf-8") != messages_json():
+        out.append(f"{MESSAGES_JSON.relative_to(ROOT)} differs from {po_path(MESSAGES_CATALOGUE).relative_to(ROOT)}: run `make release`")
+    return out
 
 
 def update(chapter: str, create: bool = False) -> list[str]:
@@ -422,6 +478,9 @@ def build(quiet: bool = False) -> list[Path]:
     from grader import course
 
     done = []
+    if po_path(MESSAGES_CATALOGUE).exists():
+        MESSAGES_JSON.write_text(messages_json(), encoding="utf-8")
+        done.append(MESSAGES_JSON)
     names = translated_chapters()
     for ch in names:
         path = ZH_SOLUTIONS / ch / f"{ch}.ipynb"
@@ -510,11 +569,14 @@ def main(argv=None) -> int:
         for p in build():
             print(p.relative_to(ROOT))
     elif a.cmd == "check":
-        found = [p for ch in translated_chapters() for p in problems(ch)] + rules_problems() + generated_problems()
+        found = ([p for ch in translated_chapters() for p in problems(ch)] + rules_problems() + messages_problems()
+                 + generated_problems())
         for p in found:
             print(p)
         return 1 if found else 0
     elif a.cmd == "status":
+        if po_path(MESSAGES_CATALOGUE).exists():
+            print(f"checks' named mistakes: {len(messages_table())}/{len(all_hints())} translated")
         for ch in chapters():
             if po_path(ch).exists():
                 cat = entries(read_catalogue(ch))
