@@ -154,15 +154,52 @@ def find_jobs(submissions: Path, assignments: list[str] | None) -> tuple[list[Jo
                 job.problem = _link_problem(expected, "notebook")
             elif not expected.exists() and folder.is_dir():
                 others = sorted(p for p in folder.glob("*.ipynb") if not p.is_symlink() and p.is_file())
-                if len(others) == 1:  # misnamed: grade it, and say so
-                    job.path = others[0]
-                    job.notes.append(f"the notebook was named {others[0].name} instead of {a}.ipynb; it was graded")
+                chosen, note = _misnamed(submissions, sdir.name, a, others)
+                if chosen is not None:
+                    job.path = chosen
+                if note:
+                    job.notes.append(note)
             if folder.is_dir():
                 job.timestamp, why = submission_timestamp(submissions, sdir.name, a)
                 if why:
                     job.notes.append(why)
             jobs.append(job)
     return jobs, skipped
+
+
+def _grade_ids(assignment: str) -> set:
+    try:
+        nb = course.load_json(course.source_path(assignment))
+    except (OSError, ValueError):
+        return set()
+    return {grade_id(c) for c in nb.get("cells", []) if grade_id(c)}
+
+
+def _misnamed(root: Path, student: str, assignment: str, others: list) -> tuple[Path | None, str]:
+    """The notebook to grade when none is named ``<assignment>.ipynb`` (red team R14): the only
+    one there; or, of several ("Untitled.ipynb" beside "03_...-Copy1.ipynb"), the one that holds
+    the assignment's graded cells (the newest, if several do). Each read without following a link,
+    size-capped. ``(path or None, note)``."""
+    from .sandbox import read_below
+
+    expected = f"{assignment}.ipynb"
+    if len(others) == 1:  # misnamed: grade it, and say so
+        return others[0], f"the notebook was named {others[0].name} instead of {expected}; it was graded"
+    if not others:
+        return None, ""
+    ids = _grade_ids(assignment)
+    holding = []
+    for p in others[:20]:
+        data, _ = read_below(root, [student, assignment, p.name], MAX_NOTEBOOK_BYTES)
+        if data is not None and any(f'"grade_id": "{g}"'.encode() in data or f'"grade_id":"{g}"'.encode() in data
+                                    for g in ids):
+            holding.append(p)
+    names = ", ".join(p.name for p in others[:20])
+    if not holding:
+        return None, f"no notebook is named {expected}, and none of the {len(others)} there ({names}) holds its graded cells"
+    chosen = max(holding, key=lambda p: (p.lstat().st_mtime, p.name))
+    return chosen, (f"no notebook is named {expected}: of the {len(others)} there ({names}), {chosen.name} "
+                    f"{'holds' if len(holding) == 1 else 'is the newest that holds'} the assignment's graded cells; it was graded")
 
 
 def submission_timestamp(root: Path, student: str, assignment: str) -> tuple[str | None, str | None]:
@@ -234,14 +271,7 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
         if why_unusable or res.output_problems.get("executed.ipynb"):
             last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1][:300]
             why_not_run = f"the notebook could not be executed ({why_unusable or res.output_problems['executed.ipynb']}; {last})"
-        for cell, done in zip(nb.cells, executed):
-            if cell.cell_type == "code" and done is not None:
-                outputs, count = done
-                if count is not None or outputs:
-                    cell.outputs = _safe_outputs(outputs)
-                    cell.execution_count = count
-                elif is_test(cell):
-                    cell.outputs = [_error("NotExecuted", why_not_run)]
+        take_outputs(nb, executed, why_not_run)
         for cell in nb.cells:
             if is_test(cell) and cell.cell_type == "code" and not cell.get("outputs") and cell.get("execution_count") is None:
                 cell.outputs = [_error("NotExecuted", why_not_run)]
@@ -359,6 +389,21 @@ def _store(nb, work: Path, job: Job) -> None:
         (dest / "timestamp.txt").write_text(job.timestamp + "\n")
 
 
+def take_outputs(nb, executed: list, why_not_run: str) -> None:
+    """Each code cell's outputs and execution count from the executed notebook (``_read_executed``),
+    kept within the notebook's output budget (``_safe_outputs``): one for the learner's cells,
+    one for the test cells."""
+    learner, tests = output_budget(), output_budget()
+    for cell, done in zip(nb.cells, executed):
+        if cell.cell_type == "code" and done is not None:
+            outputs, count = done
+            if count is not None or outputs:
+                cell.outputs = _safe_outputs(outputs, tests if is_test(cell) else learner)
+                cell.execution_count = count
+            elif is_test(cell):
+                cell.outputs = [_error("NotExecuted", why_not_run)]
+
+
 def _read_executed(data: bytes | None, n_cells: int) -> tuple[list, str | None]:
     """What the sandbox's executed notebook says of each cell: ``[(outputs, execution_count) or
     None]`` and why it is unusable, if it is. The file is learner-controlled (learner code can
@@ -411,26 +456,48 @@ MAX_ERROR = 4_000
 MAX_TEXT = 20_000
 MAX_PNG = 2 * 2**20
 MAX_OUTPUTS = 100  # per cell
-NOTEBOOK_OUTPUT_BYTES = 8 * 2**20  # all of a notebook's kept outputs together
+# All of a notebook's kept outputs together, in bytes and in number (issue 25 §2; red team R6): every
+# output costs its text plus OUTPUT_COST, so that 100,000 empty outputs (100 in each of 1,000 cells)
+# cannot cost the grader, nbgrader and nbconvert minutes. Test cells (the course's checks, which
+# print what learner code does) have a budget of their own, so learner cells cannot crowd them out.
+NOTEBOOK_OUTPUT_BYTES = 8 * 2**20
+NOTEBOOK_OUTPUTS = 2_000
+OUTPUT_COST = 256  # bytes an output counts for besides its text: its JSON, the HTML around it
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+DROPPED = "... [further output dropped: the notebook's outputs are too large or too many]\n"
+
+
+def output_budget() -> list:
+    """A notebook's output budget for ``_safe_outputs``: [bytes left, outputs left, note given]."""
+    return [NOTEBOOK_OUTPUT_BYTES, NOTEBOOK_OUTPUTS, False]
+
+
+def _node(output: dict):
+    """A plain nbformat output (built from the kept fields only: nothing to validate, and
+    ``nbformat.v4.new_output`` validates each one, ~0.4 ms)."""
+    return nbformat.from_dict(output)
 
 
 def _safe_outputs(outputs, budget: list | None = None) -> list:
     """Outputs written by learner code, as plain nbformat outputs of the kept types and sizes
-    (anything else is dropped; ``budget``: [bytes left for the notebook's outputs])."""
-    budget = budget if budget is not None else [NOTEBOOK_OUTPUT_BYTES]
+    (anything else is dropped). ``budget`` (``output_budget()``): what the notebook has left,
+    shared by the cells; once it is spent, one note says so and nothing more is kept."""
+    budget = budget if budget is not None else output_budget()
     safe = []
     for out in (outputs if isinstance(outputs, list) else [])[:MAX_OUTPUTS]:
-        if not isinstance(out, dict) or budget[0] <= 0:
+        if budget[0] <= 0 or budget[1] <= 0:
+            break
+        if not isinstance(out, dict):
             continue
         kind = out.get("output_type")
         if kind == "stream":
             text = _text(out.get("text"))[:MAX_STREAM]
-            new = nbformat.v4.new_output("stream", name="stderr" if out.get("name") == "stderr" else "stdout", text=text)
+            new = {"output_type": "stream", "name": "stderr" if out.get("name") == "stderr" else "stdout", "text": text}
             size = len(text)
         elif kind == "error":
-            new = _error(_text(out.get("ename"))[:200], _text(out.get("evalue"))[:MAX_ERROR])
-            size = len(new["evalue"]) + 200
+            ename, evalue = _text(out.get("ename"))[:200], _text(out.get("evalue"))[:MAX_ERROR]
+            new = {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
+            size = 2 * (len(ename) + len(evalue))
         elif kind in ("display_data", "execute_result"):
             data = out.get("data") if isinstance(out.get("data"), dict) else {}
             keep = {}
@@ -444,15 +511,19 @@ def _safe_outputs(outputs, budget: list | None = None) -> list:
             if not keep:
                 continue
             size = sum(len(v) for v in keep.values())
-            new = (nbformat.v4.new_output("execute_result", data=keep, execution_count=None) if kind == "execute_result"
-                   else nbformat.v4.new_output("display_data", data=keep))
+            new = {"output_type": kind, "data": keep, "metadata": {}}
+            if kind == "execute_result":
+                new["execution_count"] = None
         else:
             continue
-        budget[0] -= size
+        budget[0] -= size + OUTPUT_COST
+        budget[1] -= 1
         if budget[0] < 0:
-            safe.append(nbformat.v4.new_output("stream", name="stdout", text="... [further output dropped: too large]\n"))
             break
-        safe.append(new)
+        safe.append(_node(new))
+    if (budget[0] <= 0 or budget[1] <= 0) and not budget[2]:
+        budget[2] = True
+        safe.append(_node({"output_type": "stream", "name": "stdout", "text": DROPPED}))
     return safe
 
 
@@ -480,6 +551,15 @@ HTML_NOTEBOOK_TAGS = 20_000  # per notebook, every field together
 # notebook; the rest is cut from what is shown (the grade used the whole cell: it ran before).
 CODE_SHOWN_PER_CELL = 20_000
 CODE_SHOWN_PER_NOTEBOOK = 200_000
+
+
+def defuse_markers(text: str) -> str:
+    """nbgrader's region markers made inert (``BEGIN HIDDEN TESTS`` -> ``begin_hidden_tests``):
+    typed into a learner's cell, they would make nbgrader's feedback hide part of it or fail."""
+    while any(marker in text for marker in HIDDEN_MARKERS):
+        for marker in HIDDEN_MARKERS:
+            text = text.replace(marker, marker.replace(" ", "_").lower())
+    return text
 
 
 def sanitise_html(text: str, budget: list | None = None) -> str:
@@ -524,13 +604,9 @@ def neutralise(nb, rendered: dict | None = None, learner_content: bool = True) -
         learner = is_answer(cell) or not nbg(cell) or i in markdown
         if learner and isinstance(cell.get("source"), str):
             src = cell.source
-            for marker in HIDDEN_MARKERS:
-                src = src.replace(marker, marker.replace(" ", "_").lower())
             if cell.cell_type == "markdown" and i in markdown:
                 html_text = rendered.get(i)
                 if html_text is not None:
-                    for marker in HIDDEN_MARKERS:
-                        html_text = html_text.replace(marker, marker.replace(" ", "_").lower())
                     src = html_block(sanitise_html(html_text, budget))
                 else:
                     src = escaped_block(src)
@@ -540,7 +616,9 @@ def neutralise(nb, rendered: dict | None = None, learner_content: bool = True) -
                 if len(src) > shown:
                     src = src[:shown] + f"\n# ... [{len(src) - shown} more characters not shown: the grade used the whole cell]"
                 code_budget -= min(len(src), shown)
-            cell.source = src
+            # Last, on the text as it is stored: the sanitiser joins text across the tags it drops
+            # ("BEGIN <x>HIDDEN TESTS"), so markers are defused in what nbgrader will read, never before.
+            cell.source = defuse_markers(src)
         for out in cell.get("outputs", []):
             data = out.get("data")
             if isinstance(data, dict):
