@@ -176,7 +176,7 @@ def test_check_messages_follow_course_lang(monkeypatch, capsys):
     import torch
 
     import utils.checks as checks
-    from utils import i18n as lang
+    from utils import _i18n as lang
 
     def textbook(x, dim=-1):
         e = torch.exp(x)
@@ -202,7 +202,7 @@ def test_check_messages_follow_course_lang(monkeypatch, capsys):
 
 
 def test_quiz_and_pass_lines_in_chinese(monkeypatch, capsys):
-    from utils import i18n as lang
+    from utils import _i18n as lang
 
     monkeypatch.setenv(lang.ENV, "zh")
     assert lang.tr("✅ softmax: 32 visible cases passed. Grading runs more cases, on new random inputs.") == \

@@ -173,7 +173,7 @@ def entries(cat: Catalog) -> dict[str, object]:
 
 
 MESSAGES_CATALOGUE = "messages"  # the checks' named mistakes (each mutant's hint), translated once
-MESSAGES_JSON = ROOT / "utils" / "data" / f"messages_{LANG}.json"  # what utils.i18n reads at run time
+MESSAGES_JSON = ROOT / "utils" / "data" / f"messages_{LANG}.json"  # what utils._i18n reads at run time
 
 
 def all_hints() -> list[tuple[str, str]]:

@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from ..i18n import say
+from .._i18n import say
 from .._clock import Deadline, DispatchMode, cpu_alarm  # noqa: F401
 from .._guard import ForbiddenCall, _learner_depth, learner_is_running, reference  # noqa: F401
 from ._adversarial import _DISABLED

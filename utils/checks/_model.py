@@ -50,7 +50,7 @@ class CheckFailure(AssertionError):
     """
 
     def _render_traceback_(self):
-        from ..i18n import tr  # the learner's language, at display only: str(err) stays English
+        from .._i18n import tr  # the learner's language, at display only: str(err) stays English
 
         return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {tr(str(self))}"]
 

@@ -20,7 +20,7 @@ import hashlib
 import math
 import numbers
 
-from ..i18n import say
+from .._i18n import say
 from ._core import CheckFailure
 
 __all__ = ["check_choice", "check_number", "quiz_key", "seal_why"]

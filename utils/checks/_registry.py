@@ -2,7 +2,7 @@
 import io
 import contextlib
 
-from ..i18n import say
+from .._i18n import say
 from ._core import CheckFailure, Exercise, make_check, run_check
 
 EXERCISES: dict = {}
