@@ -243,6 +243,9 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
         sub, problem = load_submission(job.path, MAX_NOTEBOOK_BYTES, MAX_CELLS, root=job.root)
     else:
         sub, problem = None, "no notebook was submitted"
+    lang = submission_language(sub)
+    if lang != "en":
+        release = localised(release, job.assignment, lang)
     restored = restore(release, sub, problem)
     general = job.notes + restored.notes
     nb = restored.notebook
@@ -263,7 +266,7 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
                                  "render.json": json.dumps(learner_markdown(nb)).encode()},
                           outputs={"executed.ipynb": EXECUTED_CAP, "rendered.json": RENDERED_CAP},
                           limits=sandbox.Limits(wall_seconds=NOTEBOOK_TIMEOUT), expose=[course.ROOT / "utils"],
-                          host_dir=scratch)
+                          env={"COURSE_LANG": lang}, host_dir=scratch)
         exec_seconds = time.monotonic() - t0
         rendered = _read_rendered(res.outputs.get("rendered.json"))
         executed, why_unusable = _read_executed(res.outputs.get("executed.ipynb"), len(nb.cells))
@@ -293,14 +296,14 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
             if v is None or not is_test(cell):
                 continue
             if not v.ok and not _failed(cell):
-                cell.outputs.append(_error("VerificationError", f"independent re-check failed: {v.reason}"))
+                cell.outputs.append(_error("VerificationError", tr(f"independent re-check failed: {v.reason}", lang)))
             elif v.ok and _failed(cell):
                 # The re-check (new secret inputs, outside the kernel, its own time budget) is the
                 # grade: a test cell the kernel did not reach, or failed because another cell hung,
                 # crashed or slowed the kernel down, loses nothing.
-                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=tr(
                     "✅ passed the independent re-check on new inputs, which is the grade (in the notebook "
-                    f"this cell did not pass: {(_failure(cell) or '')[:300]})\n"))]
+                    f"this cell did not pass: {(_failure(cell) or '')[:300]})", lang) + "\n")]
 
     for cell in nb.cells:
         gid = grade_id(cell)
@@ -312,7 +315,8 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "error":
                     # Feedback must not reveal hidden tests: keep the message, drop the traceback.
-                    out["traceback"] = [f"{out.get('ename')}: {out.get('evalue')}"]
+                    # The message in the submission's language, as the learner's kernel showed it.
+                    out["traceback"] = [f"{out.get('ename')}: {tr(str(out.get('evalue') or ''), lang)}"]
             msg = _failure(cell)
             if msg:
                 reasons[gid] = msg
@@ -328,6 +332,54 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
     neutralise(nb, rendered, learner_content=not restored.problem)
     _store(nb, work, job)
     return Outcome(job.student, job.assignment, reasons, general, time.monotonic() - start, exec_seconds)
+
+
+# ------------------------------------------------------------------------- the submission's language
+CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def submission_language(sub: dict | None) -> str:
+    """``"zh"`` for a notebook of the Chinese edition (issue 28 §5), else ``"en"``: its set-up cell
+    sets the language (``tools/i18n.py``'s line), or most of its markdown cells are written in
+    Chinese. Only what the learner reads depends on it (the check messages in the executed
+    notebook, the feedback's wording); the code run and the grade are the same in both."""
+    if not sub:
+        return "en"
+    cells = [c for c in sub.get("cells", []) if isinstance(c, dict)]
+    for cell in cells:
+        if grade_id(cell) == "demo-setup" and 'environ.setdefault("COURSE_LANG", "zh")' in _text(cell.get("source")):
+            return "zh"
+    prose = [_text(c.get("source")) for c in cells if c.get("cell_type") == "markdown"]
+    chinese = sum(1 for t in prose if len(CJK.findall(t)) >= 0.2 * max(1, len(re.findall(r"[A-Za-z\u3400-\u9fff]", t))))
+    return "zh" if prose and chinese * 2 > len(prose) else "en"
+
+
+def localised(release: dict, assignment: str, lang: str) -> dict:
+    """The release with the markdown cells and the set-up cell of its ``lang`` edition
+    (``notebooks/<lang>/``, generated from the same source by ``make release``), matched by cell id;
+    every other cell, and all of nbgrader's metadata, are the release's own. The release unchanged
+    when that edition is missing or unreadable."""
+    path = course.ROOT / "notebooks" / lang / assignment / f"{assignment}.ipynb"
+    try:
+        other = {c["id"]: c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c.get("id")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return release
+    out = copy.deepcopy(release)
+    for cell in out["cells"]:
+        twin = other.get(cell.get("id"))
+        if twin and twin.get("cell_type") == cell.get("cell_type") and (
+                cell.get("cell_type") == "markdown" or grade_id(cell) == "demo-setup"):
+            cell["source"] = twin["source"]
+    return out
+
+
+def tr(text: str, lang: str) -> str:
+    """``text`` in ``lang`` (the course's own translation of its messages, ``utils._i18n``)."""
+    if lang == "en":
+        return text
+    from utils import _i18n
+
+    return _i18n.tr(text, lang)
 
 
 def for_execution(nb):

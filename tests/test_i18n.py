@@ -232,3 +232,31 @@ def test_messages_catalogue_is_current_and_its_table_generated():
     found = i18n.messages_problems()
     assert not found, "\n".join(found[:20])
     print(f"{len(i18n.messages_table())} of {len(i18n.all_hints())} named mistakes in Chinese")
+
+
+def test_the_grader_knows_a_submissions_language_and_changes_only_prose():
+    """Issue 28 §5: the grader restores a Chinese submission into the Chinese release (its markdown
+    and set-up cell), so the feedback speaks Chinese; every other cell and every grade's metadata
+    are the English release's, so the grade cannot differ. An English notebook with an answer
+    written in Chinese stays English."""
+    import copy
+
+    from grader import pipeline
+
+    for chapter in i18n.chapters():
+        en = json.loads((ROOT / "notebooks" / chapter / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        zh = json.loads((ROOT / "notebooks" / "zh" / chapter / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        assert pipeline.submission_language(zh) == "zh", chapter
+        assert pipeline.submission_language(en) == "en", chapter
+        mixed = copy.deepcopy(en)
+        for cell in mixed["cells"]:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("solution") and cell["cell_type"] == "markdown":
+                cell["source"] = "我的回答：注意力权重是非负的，并且每一行的和为一。" * 5
+        assert pipeline.submission_language(mixed) == "en", chapter
+        local = pipeline.localised(en, chapter, "zh")
+        assert len(local["cells"]) == len(en["cells"])
+        for a, b in zip(en["cells"], local["cells"]):
+            assert a["metadata"] == b["metadata"] and a["cell_type"] == b["cell_type"], (chapter, a.get("id"))
+            if a["cell_type"] == "code" and a.get("id") != "setup":
+                assert a["source"] == b["source"], (chapter, a.get("id"))
+        assert local["cells"][0]["source"] != en["cells"][0]["source"], chapter

@@ -64,6 +64,10 @@ FRAMES: list[tuple[re.Pattern, str]] = [(re.compile(p), r) for p, r in [
     (r"^⚠️ this section uses your `(?P<n>[^`]+)`, which does not pass its check yet \((?P<d>.*)\)\. "
      r"What follows is computed with it and may be wrong: fix it and run this section again\.$",
      r"⚠️ 本节使用你的 `\g<n>`，它还没有通过检查（\g<d>）。下面的结果是用它算出的，可能不对：改正之后请重新运行本节。"),
+    # the grader's own lines in the feedback of a Chinese submission (grader/pipeline.py)
+    (r"^independent re-check failed: (?P<rest>.*)$", r"独立复查未通过：\g<rest>"),
+    (r"^✅ passed the independent re-check on new inputs, which is the grade \(in the notebook this cell did not pass: "
+     r"(?P<rest>.*)$", r"✅ 在新的输入上通过了独立复查，成绩以它为准（在笔记本中这个单元格没有通过：\g<rest>"),
     (r"^  (?P<what>\S+) is off at (?P<k>\d+) of (?P<m>\d+) positions; (?P<rest>.*)$",
      r"  \g<what> 在 \g<m> 个位置中有 \g<k> 个不对；\g<rest>"),
 ]]
@@ -82,7 +86,12 @@ def _line(line: str) -> str:
     for pat, rep in FRAMES:
         m = pat.match(line)
         if m:
+            rest = m.groupdict().get("rest")
             line = pat.sub(rep, line, count=1)
+            if rest:  # a frame inside a frame ("independent re-check failed: softmax: 3 of 32 cases failed.")
+                inner = _line(rest)
+                if inner != rest:
+                    line = line[::-1].replace(rest[::-1], inner[::-1], 1)[::-1]
             break
     for pat, rep in _INLINE:
         line = pat.sub(rep, line)
@@ -106,9 +115,9 @@ def _table() -> list:
     return _TABLE
 
 
-def tr(text: str) -> str:
-    """``text`` in the learner's language (unchanged in English)."""
-    if language() != "zh" or not text:
+def tr(text: str, lang: str | None = None) -> str:
+    """``text`` in ``lang``, by default the learner's language (unchanged in English)."""
+    if (lang or language()) != "zh" or not text:
         return text
     text = str(text)
     for en, zh in _table():
