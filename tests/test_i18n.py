@@ -260,3 +260,33 @@ def test_the_grader_knows_a_submissions_language_and_changes_only_prose():
             if a["cell_type"] == "code" and a.get("id") != "setup":
                 assert a["source"] == b["source"], (chapter, a.get("id"))
         assert local["cells"][0]["source"] != en["cells"][0]["source"], chapter
+
+
+def test_every_chapters_chinese_twins_execute_the_same_code_as_the_english_ones():
+    """Issue 28 §5 for all sixteen chapters, at the cost of no grading run: the bank's correct
+    submission and one mistakes submission of every chapter, with the Chinese release's markdown,
+    are recognised as Chinese and restored into exactly the code their English twins are (the
+    set-up cell aside), so the same checks and re-checks run on the same answers. Chapter 00's
+    twins are also graded end to end in the bank (``grader/samples/ch00_zh.py``: 10/13 and 2/13,
+    as the English ones; the feedback in Chinese)."""
+    from grader import pipeline
+    from grader.restore import restore
+    from grader.samples import bank
+    from grader.samples.ch00_zh import chinese
+
+    for chapter in i18n.chapters():
+        nn = chapter[:2]
+        students = [s for s in bank.SAMPLES if s.startswith(f"ch{nn}_")] if nn != "03" else ["correct", "mistake_no_scaling"]
+        chosen = [s for s in students if s.endswith("_correct") or s == "correct"][:1]
+        chosen += [s for s in students if "mistake" in s][:1]
+        assert len(chosen) == 2, (chapter, students)
+        release = json.loads((ROOT / "notebooks" / chapter / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        for student in chosen:
+            en = bank.SAMPLES[student][1]()
+            zh = chinese(bank.SAMPLES[student][1](), chapter)
+            assert pipeline.submission_language(zh) == "zh" and pipeline.submission_language(en) == "en", student
+            run_en = pipeline.for_execution(restore(release, en).notebook)
+            run_zh = pipeline.for_execution(restore(pipeline.localised(release, chapter, "zh"), zh).notebook)
+            code = lambda nb: [(c.get("id"), c.source, c.metadata.get("nbgrader")) for c in nb.cells
+                               if c.cell_type == "code" and (c.metadata.get("nbgrader") or {}).get("grade_id") != "demo-setup"]
+            assert code(run_en) == code(run_zh), student

@@ -11,12 +11,12 @@ from .. import course
 from . import ch00_mistakes as en
 
 ASSIGNMENT = en.ASSIGNMENT
-ZH_RELEASE = course.ROOT / "notebooks" / "zh" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 
 
-def chinese(nb: dict) -> dict:
+def chinese(nb: dict, assignment: str = ASSIGNMENT) -> dict:
     """The submission with the Chinese release's markdown, cell by cell (by id)."""
-    zh = json.loads(Path(ZH_RELEASE).read_text(encoding="utf-8"))
+    release = course.ROOT / "notebooks" / "zh" / assignment / f"{assignment}.ipynb"
+    zh = json.loads(release.read_text(encoding="utf-8"))
     md = {c["id"]: c["source"] for c in zh["cells"] if c["cell_type"] == "markdown"}
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown" and cell.get("id") in md and not (
