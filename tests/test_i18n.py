@@ -290,3 +290,46 @@ def test_every_chapters_chinese_twins_execute_the_same_code_as_the_english_ones(
             code = lambda nb: [(c.get("id"), c.source, c.metadata.get("nbgrader")) for c in nb.cells
                                if c.cell_type == "code" and (c.metadata.get("nbgrader") or {}).get("grade_id") != "demo-setup"]
             assert code(run_en) == code(run_zh), student
+
+
+def test_self_check_questions_speak_chinese_and_give_nothing_away(monkeypatch, capsys):
+    """Issue 28 §4 for the quizzes: a question's hint (wrong answer) and explanation (right answer)
+    in Chinese. The Chinese explanations ship sealed with the right answer, as the English ones are
+    in the quiz cells: the table holds no plain text, and a wrong letter opens nothing."""
+    import re as _re
+
+    from utils.checks import CheckFailure, check_choice, check_number
+    from utils.checks._quiz import open_why
+
+    quizzes = i18n.all_quizzes()
+    table = json.loads(i18n.WHYS_JSON.read_text(encoding="utf-8"))
+    assert table, "no question's explanation is translated"
+    for qid, sealed in table.items():
+        assert sealed.startswith("sealed:") and not _re.search(r"[\u3400-\u9fff]", sealed), qid
+    cat = i18n.entries(i18n.read_catalogue(i18n.WHYS_CATALOGUE))
+    hints = i18n.messages_table()
+    monkeypatch.setenv("COURSE_LANG", "zh")
+    for q in quizzes:
+        if q["qid"] not in table:
+            continue
+        zh = cat[f"why-{q['qid']}"].string
+        nb = json.loads((ROOT / "notebooks" / q["chapter"] / f"{q['chapter']}.ipynb").read_text(encoding="utf-8"))
+        release = "\n".join(i18n.source(c) for c in nb["cells"])
+        assert zh not in release and zh[:40] not in release
+        key, why = _re.search(rf'qid="{_re.escape(q["qid"])}", key="(\w+)",.*?why=\'(sealed:[^\']+)\'', release, _re.S).groups()
+        if q["decimals"] is None:
+            check_choice(q["answer"], "abcd", qid=q["qid"], key=key, why=why, hint=q["hint"])
+            wrong = next(c for c in "abcd" if c != q["answer"])
+            assert open_why(table[q["qid"]], wrong, qid=q["qid"]) is None
+            with pytest.raises(CheckFailure) as err:
+                check_choice(wrong, "abcd", qid=q["qid"], key=key, why=why, hint=q["hint"])
+        else:
+            check_number(q["answer"], key=key, decimals=q["decimals"], why=why, hint=q["hint"], qid=q["qid"])
+            with pytest.raises(CheckFailure) as err:
+                check_number(q["answer"] + 1, key=key, decimals=q["decimals"], why=why, hint=q["hint"], qid=q["qid"])
+        shown = capsys.readouterr().out
+        assert shown.startswith("✅ 正确：") and zh in shown, (q["qid"], shown)
+        rendered = err.value._render_traceback_()[0]
+        assert "还不对：" in rendered, rendered
+        if q["hint"] in hints:
+            assert hints[q["hint"]] in rendered, rendered

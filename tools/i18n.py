@@ -177,7 +177,8 @@ MESSAGES_JSON = ROOT / "utils" / "data" / f"messages_{LANG}.json"  # what utils.
 
 
 def all_hints() -> list[tuple[str, str]]:
-    """(exercise, hint) for every named mistake of every check, in registry order, each hint once."""
+    """(exercise, hint) for every named mistake of every check, in registry order, then (question,
+    hint) for every self-check question's hint (shown with a wrong answer); each hint once."""
     sys.path.insert(0, str(ROOT))
     from utils.checks import EXERCISES
 
@@ -187,7 +188,68 @@ def all_hints() -> list[tuple[str, str]]:
             if m.hint and m.hint not in seen:
                 seen.add(m.hint)
                 out.append((name, m.hint))
+    for q in all_quizzes():
+        if q["hint"] and q["hint"] not in seen:
+            seen.add(q["hint"])
+            out.append((q["qid"], q["hint"]))
     return out
+
+
+WHYS_CATALOGUE = "whys"  # the self-check questions' explanations (shown with a right answer only)
+WHYS_JSON = ROOT / "utils" / "data" / f"whys_{LANG}.json"  # qid -> the Chinese, sealed with the right answer
+
+
+def all_quizzes() -> list[dict]:
+    """Every self-check question of ``solutions/``, in chapter order: its ``qid``, ``hint``, the plain
+    ``why`` (the comment ``tools/seal_quizzes.py`` keeps in the hidden tests), the right ``answer``
+    and the ``decimals`` it is compared at (None for a letter)."""
+    import ast
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from seal_quizzes import _answer, _gid, _src
+
+    out = []
+    for ch in chapters():
+        nb = load_nb(SOLUTIONS / ch / f"{ch}.ipynb")
+        answers = {_gid(c): _answer(_src(c)) for c in nb["cells"] if re.fullmatch(r"quiz_\d+", _gid(c))}
+        for c in nb["cells"]:
+            gid = _gid(c)
+            if not re.fullmatch(r"test_quiz_\d+", gid):
+                continue
+            visible, _, hidden = _src(c).partition("### BEGIN HIDDEN TESTS")
+            for node in ast.walk(ast.parse(visible)):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("check_choice", "check_number"):
+                    kw = {k.arg: k.value for k in node.keywords}
+                    why = re.search(r"^# why \(sealed above; the release strips this block\): (.*)$", hidden, re.M)
+                    decimals = None
+                    if node.func.id == "check_number":
+                        decimals = ast.literal_eval(kw["decimals"]) if "decimals" in kw else 2
+                    out.append({"qid": ast.literal_eval(kw["qid"]), "hint": ast.literal_eval(kw["hint"]) if "hint" in kw else None,
+                                "why": why.group(1) if why else None, "answer": answers[gid[5:]], "decimals": decimals,
+                                "chapter": ch})
+    return out
+
+
+def whys_table() -> dict:
+    """qid -> the Chinese explanation sealed with the question's right answer (as the English one is
+    in the quiz cell), for every translated, current entry of the whys catalogue. Sealed, because the
+    table ships with the course's package: it must not give the answers away."""
+    sys.path.insert(0, str(ROOT))
+    from utils.checks._quiz import seal_why
+
+    if not po_path(WHYS_CATALOGUE).exists():
+        return {}
+    cat = entries(read_catalogue(WHYS_CATALOGUE))
+    out = {}
+    for q in all_quizzes():
+        m = cat.get(f"why-{q['qid']}")
+        if q["why"] and m is not None and m.id == q["why"] and m.string.strip() and "fuzzy" not in m.flags:
+            out[q["qid"]] = seal_why(m.string, q["answer"], q["decimals"], qid=q["qid"])
+    return out
+
+
+def whys_json() -> str:
+    return json.dumps(whys_table(), ensure_ascii=False, indent=0, sort_keys=True) + "\n"
 
 
 def _cells_of(chapter: str) -> list[tuple[str, str]]:
@@ -195,6 +257,8 @@ def _cells_of(chapter: str) -> list[tuple[str, str]]:
         return [(f"rule-{digest(line)}", line) for line in all_rules_lines()]
     if chapter == MESSAGES_CATALOGUE:
         return [(f"hint-{digest(h)}", h) for _, h in all_hints()]
+    if chapter == WHYS_CATALOGUE:
+        return [(f"why-{q['qid']}", q["why"]) for q in all_quizzes() if q["why"]]
     return english_cells(chapter)
 
 
@@ -216,21 +280,23 @@ def messages_json() -> str:
 
 
 def messages_problems() -> list[str]:
-    """Entries of the messages catalogue that are stale or malformed (a hint with no entry yet is
-    shown in English, and counted by ``status``); and the run-time table as the generator writes it."""
+    """Entries of the messages and whys catalogues that are stale or malformed (a hint with no entry
+    yet is shown in English, and counted by ``status``); and the run-time tables as the generator
+    writes them."""
     out = []
-    if not po_path(MESSAGES_CATALOGUE).exists():
-        return out
-    cat = entries(read_catalogue(MESSAGES_CATALOGUE))
-    cells = dict(_cells_of(MESSAGES_CATALOGUE))
-    for cid, m in cat.items():
-        if cid not in cells:
-            out.append(f"messages: entry {cid} for a hint no check has any more (run `update messages`)")
-        elif m.string.strip():
-            out += [f"messages {cid} ({cells[cid][:50]}…): {p}" for p in _entry_problems("", m, cells[cid], glossary())
-                    if "not translated" not in p]
-    if not MESSAGES_JSON.exists() or MESSAGES_JSON.read_text(encoding="utf-8") != messages_json():
-        out.append(f"{MESSAGES_JSON.relative_to(ROOT)} differs from {po_path(MESSAGES_CATALOGUE).relative_to(ROOT)}: run `make release`")
+    for name, path, fresh in ((MESSAGES_CATALOGUE, MESSAGES_JSON, messages_json), (WHYS_CATALOGUE, WHYS_JSON, whys_json)):
+        if not po_path(name).exists():
+            continue
+        cat = entries(read_catalogue(name))
+        cells = dict(_cells_of(name))
+        for cid, m in cat.items():
+            if cid not in cells:
+                out.append(f"{name}: entry {cid} for a string no check or question has any more (run `update {name}`)")
+            elif m.string.strip():
+                out += [f"{name} {cid} ({cells[cid][:50]}…): {p}" for p in _entry_problems("", m, cells[cid], glossary())
+                        if "not translated" not in p]
+        if not path.exists() or path.read_text(encoding="utf-8") != fresh():
+            out.append(f"{path.relative_to(ROOT)} differs from {po_path(name).relative_to(ROOT)}: run `make release`")
     return out
 
 
@@ -481,6 +547,9 @@ def build(quiet: bool = False) -> list[Path]:
     if po_path(MESSAGES_CATALOGUE).exists():
         MESSAGES_JSON.write_text(messages_json(), encoding="utf-8")
         done.append(MESSAGES_JSON)
+    if po_path(WHYS_CATALOGUE).exists():
+        WHYS_JSON.write_text(whys_json(), encoding="utf-8")
+        done.append(WHYS_JSON)
     names = translated_chapters()
     for ch in names:
         path = ZH_SOLUTIONS / ch / f"{ch}.ipynb"
@@ -576,7 +645,9 @@ def main(argv=None) -> int:
         return 1 if found else 0
     elif a.cmd == "status":
         if po_path(MESSAGES_CATALOGUE).exists():
-            print(f"checks' named mistakes: {len(messages_table())}/{len(all_hints())} translated")
+            print(f"checks' named mistakes and questions' hints: {len(messages_table())}/{len(all_hints())} translated")
+        if po_path(WHYS_CATALOGUE).exists():
+            print(f"questions' explanations: {len(whys_table())}/{sum(1 for q in all_quizzes() if q['why'])} translated")
         for ch in chapters():
             if po_path(ch).exists():
                 cat = entries(read_catalogue(ch))
