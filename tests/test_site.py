@@ -75,7 +75,7 @@ def test_build_is_fast_and_has_every_chapter(site):
     html = site / "html"
     for name in CHAPTERS:
         assert (html / "chapters" / f"{name}.html").exists(), f"no page for {name}"
-        assert (html / "_downloads").exists()
+        assert (html / "chapters" / f"{name}.ipynb").exists(), f"no learner notebook next to the page of {name}"
     # The budget is for 2 cores: the build's CPU time (user + sys of every process it ran) bounds its
     # wall time on an otherwise idle 2-core machine, and does not grow when other tests share the CPUs.
     times = site / "build_s.json"
@@ -563,7 +563,7 @@ def _evaluate(cdp, script):
     res = cdp.call("Runtime.evaluate", expression=script, awaitPromise=True, returnByValue=True, timeout=60000)
     assert "exceptionDetails" not in res, f"page script failed: {res['exceptionDetails']}"
     value = res["result"].get("value")
-    return json.loads(value) if isinstance(value, str) else value
+    return json.loads(value) if isinstance(value, str) and value[:1] in ("{", "[") else value  # JSON.stringify
 
 
 def _open(cdp, url, width):
@@ -729,7 +729,7 @@ def test_internal_links_resolve(browser_report):
 
 def test_screenshots_written(browser_report):
     shots = browser_report["shots"]
-    assert len(shots) == 10, shots
+    assert len(shots) == 9, shots
     for s in shots:
         assert s.stat().st_size > 10_000, f"{s} looks empty"
 

@@ -1,7 +1,29 @@
-/* Foldable sections of the chapter pages (issue 27 §4): a button before each numbered section's
-   heading folds the section to its heading; "Fold all" leaves the chapter's outline. Following a
-   link to an anchor inside a folded section unfolds it. Without JavaScript every section is open. */
+/* The course site's own script (issue 27 §4).
+   1. The sidebar buttons of the article's header work. pydata-sphinx-theme (0.16+) puts its own
+      pair of sidebar buttons in its page header, which sphinx-book-theme hides, and both themes bind
+      their click handlers to the FIRST `.primary-toggle` / `.secondary-toggle` of the page: that
+      hidden pair. The buttons a reader sees (the article's header) did nothing: below ~1,200 px
+      the chapter list and the contents list could not be opened. A click on them is handed to the
+      button the themes listen to.
+   2. Foldable sections of the chapter pages: a button before each numbered section's heading folds
+      the section to its heading; "Fold all" leaves the chapter's outline. Following a link to an
+      anchor inside a folded section unfolds it. Without JavaScript every section is open. */
 (function () {
+  function forwardSidebarButtons() {
+    for (const cls of ["primary-toggle", "secondary-toggle"]) {
+      const bound = document.querySelector("." + cls);
+      if (!bound) continue;
+      for (const b of document.querySelectorAll(".bd-header-article ." + cls)) {
+        if (b === bound) continue;
+        b.addEventListener("click", e => {
+          e.preventDefault();
+          e.stopImmediatePropagation();
+          bound.click();
+        }, true);
+      }
+    }
+  }
+
   function sections() {
     return [...document.querySelectorAll("article.bd-article section > h2, article.bd-article section > h3")]
       .map(h => h.parentElement);
@@ -22,6 +44,7 @@
     }
   }
   function init() {
+    forwardSidebarButtons();
     const secs = sections();
     if (!secs.length || !document.querySelector(".run-chapter")) return;  // chapter pages only
     for (const sec of secs) {
