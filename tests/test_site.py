@@ -542,8 +542,12 @@ def browser_report(site):
             report["pages"][rel] = data
             if rel.startswith("chapters/"):
                 report["layout"][WIDE][rel] = _evaluate(cdp, LAYOUT_SCRIPT)
-            if rel == "index.html" or rel.startswith("chapters/03_"):
-                report["shots"].append(_shot(cdp, "landing.png" if rel == "index.html" else f"chapter_03_{WIDE}.png"))
+            if rel == "index.html":
+                report["shots"].append(_shot(cdp, "landing.png"))
+            elif rel.startswith("chapters/03_"):
+                report["shots"].append(_shot(cdp, f"chapter_03_{WIDE}.png"))
+                report["shots"].append(_shot(cdp, f"chapter_03_{WIDE}_run.png", ".run-chapter"))
+                report["shots"].append(_shot(cdp, f"chapter_03_{WIDE}_figure.png", ".cell_output img"))
         _read_as_a_reader(cdp, base, html, pages, report)
         cdp.ws.close()
     finally:
@@ -575,17 +579,17 @@ def _open(cdp, url, width):
                    "await document.fonts.ready; return 1; })()")
 
 
-def _shot(cdp, name, clip_selector=None):
-    """A screenshot of the window, or of 900 px of the page from the element `clip_selector` finds."""
-    params = {"format": "png"}
-    if clip_selector:
-        box = _evaluate(cdp, f"""(() => {{ const e = document.querySelector({json.dumps(clip_selector)});
-            if (!e) return null; const r = e.getBoundingClientRect();
-            return {{x: 0, y: Math.max(0, r.top + scrollY - 40), width: document.documentElement.clientWidth, height: 900, scale: 1}}; }})()""")
-        assert box, f"{name}: nothing matches {clip_selector}"
-        params.update(clip=box, captureBeyondViewport=True)
+def _shot(cdp, name, scroll_to=None):
+    """A screenshot of the window; with `scroll_to`, scrolled so that the element it finds is at the top."""
+    if scroll_to:
+        found = _evaluate(cdp, f"""(async () => {{ const e = document.querySelector({json.dumps(scroll_to)});
+            if (!e) return false; e.scrollIntoView({{block: 'start'}}); window.scrollBy(0, -60);
+            await new Promise(r => setTimeout(r, 300)); return true; }})()""")
+        assert found, f"{name}: nothing matches {scroll_to}"
     dest = SHOTS / name
-    dest.write_bytes(base64.b64decode(cdp.call("Page.captureScreenshot", **params)["data"]))
+    dest.write_bytes(base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"]))
+    if scroll_to:
+        _evaluate(cdp, "(window.scrollTo(0, 0), 1)")
     return dest
 
 
@@ -612,6 +616,7 @@ def _read_as_a_reader(cdp, base, html, pages, report):
         report["layout"][NARROW][rel] = _evaluate(cdp, LAYOUT_SCRIPT)
         if rel == ch03:
             report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}.png"))
+            report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_run.png", ".run-chapter"))
             report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_figure.png", ".cell_output img"))
             report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_code.png", ".cell_input pre .cl[style]"))
     if ch03 is None:
@@ -729,7 +734,7 @@ def test_internal_links_resolve(browser_report):
 
 def test_screenshots_written(browser_report):
     shots = browser_report["shots"]
-    assert len(shots) == 9, shots
+    assert len(shots) == 12, shots
     for s in shots:
         assert s.stat().st_size > 10_000, f"{s} looks empty"
 

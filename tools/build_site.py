@@ -158,28 +158,25 @@ def figure_alt(source: str, heading: str) -> str:
 
 
 def run_box(name: str, repo: str | None) -> str:
-    """The box at the top of a chapter page: run it, and where its outputs come from (raw HTML)."""
-    buttons = [f'<a class="run-button primary" href="{name}.ipynb" download>'
-               f'⬇ Download the notebook</a>']
+    """The box under a chapter's title: run it, and where its outputs come from (raw HTML)."""
+    buttons = [f'<a class="run-button primary" href="{name}.ipynb" download>⬇ Download the notebook</a>']
     colab_note = ""
     if repo and repo.startswith("https://github.com/"):
         path = f"notebooks/{name}/{name}.ipynb"
         colab = f"https://colab.research.google.com/github/{repo.removeprefix('https://github.com/')}/blob/main/{path}"
         buttons.append(f'<a class="run-button" href="{colab}">▶ Open in Colab</a>')
-        colab_note = (f' “Open in Colab” opens the notebook from the course\'s repository, '
-                      f'<a href="{repo}">{html_escape(repo)}</a>: it works once the course is published '
-                      f'there (<a href="{repo}/blob/main/{path}">the notebook on the repository</a>).')
+        colab_note = (f' The Colab button opens <a href="{repo}/blob/main/{path}">the notebook at '
+                      f'{html_escape(repo)}</a>: it works once the course is published there.')
     return "\n".join([
         '<div class="run-chapter admonition note">',
         '<p class="admonition-title">Run this chapter（运行本章）</p>',
         '<div class="run-buttons">' + " ".join(buttons) + "</div>",
-        "<p>This page is for reading. To do the exercises, download the learner's notebook and open "
-        "it in Jupyter (see “How to run it” on the home page), or open it in Colab." + colab_note + "</p>",
-        "<p><strong>Every output on this page (figures, tables, printed measurements) comes from the "
-        "course's reference run</strong>: its solution notebook, executed when the course was built, "
-        "not from your code. Where an output says “your” or “yours”, it shows the course's solution in "
-        "that place; run the notebook to see your own. The exercises, checks and self-check questions "
-        "are shown as the learner gets them, without their solutions.</p>",
+        '<p>This page is for reading; to do the exercises, run the notebook in Jupyter (download it; '
+        'see <a href="../index.html#how-to-run-it">how to run it</a>) or in Colab.' + colab_note + "</p>",
+        "<p><strong>Every output on this page comes from the course's reference run</strong> (its "
+        "solution notebook, executed when the course was built), not from your code: where an output "
+        "says “your” or “yours”, it is the course's solution. The exercises, checks and self-check "
+        "questions are shown as learners get them, without their solutions.</p>",
         "</div>",
     ])
 
@@ -234,8 +231,13 @@ def site_notebook(name: str, repo: str | None):
     if missing:
         print(f"  warning: {name}: cells {missing} are not in the release (left out of the site); "
               f"regenerate it with `python -m grader release {name}`", file=sys.stderr)
-    link_cell = nbformat.v4.new_markdown_cell(run_box(name, repo))
-    cells.insert(1, link_cell)
+    # The box goes right under the chapter's title: the first cell is split after its `# ` line.
+    first = cells[0]
+    if first.cell_type == "markdown" and first.source.startswith("# ") and "\n" in first.source.strip():
+        title, rest = first.source.split("\n", 1)
+        first.source = title
+        cells.insert(1, nbformat.v4.new_markdown_cell(rest.strip("\n"), id="site-intro"))
+    cells.insert(1, nbformat.v4.new_markdown_cell(run_box(name, repo), id="site-run"))
     nb = nbformat.v4.new_notebook()
     nb.metadata = {k: v for k, v in sol.metadata.items() if k in ("kernelspec", "language_info")}
     nb.cells = cells
