@@ -510,6 +510,7 @@ def browser_report(site):
         only = [x for x in os.environ.get("SITE_PAGES", "").split(",") if x]  # for debugging
         pages = [p for p in pages if not only or p in only]
         SHOTS.mkdir(parents=True, exist_ok=True)
+        t_pages = time.perf_counter()
         for rel in pages:
             cdp.events.clear()
             cdp.call("Page.navigate", url=base + rel)
@@ -540,15 +541,27 @@ def browser_report(site):
                               "fonts": [(f["familyName"], f["glyphCount"]) for f in used]})
             data["cjk_headings"] = fonts
             report["pages"][rel] = data
-            if rel.startswith("chapters/"):
-                report["layout"][WIDE][rel] = _evaluate(cdp, LAYOUT_SCRIPT)
             if rel == "index.html":
                 report["shots"].append(_shot(cdp, "landing.png"))
             elif rel.startswith("chapters/03_"):
                 report["shots"].append(_shot(cdp, f"chapter_03_{WIDE}.png"))
                 report["shots"].append(_shot(cdp, f"chapter_03_{WIDE}_run.png", ".run-chapter"))
                 report["shots"].append(_shot(cdp, f"chapter_03_{WIDE}_figure.png", ".cell_output img"))
+            if rel.startswith("chapters/"):
+                # The layout at both widths: the same page, its window narrowed (a reader turning a
+                # tablet; as a fresh load at 400 px, which the screenshots below are, but no second
+                # typesetting of every formula).
+                report["layout"][WIDE][rel] = _evaluate(cdp, LAYOUT_SCRIPT)
+                _resize(cdp, NARROW)
+                report["layout"][NARROW][rel] = _evaluate(cdp, LAYOUT_SCRIPT)
+                cdp.call("Page.navigate", url="about:blank")  # widened again there: no relayout of the page
+                cdp.wait_event("Page.loadEventFired")
+                _resize(cdp, WIDE)
+        report["seconds"] = {"every page at 1,400 px (+ 400 px layout of the chapters)": time.perf_counter() - t_pages}
+        t_reader = time.perf_counter()
         _read_as_a_reader(cdp, base, html, pages, report)
+        report["seconds"]["lists, folding, search, screenshots"] = time.perf_counter() - t_reader
+        print(f"\nbrowser: {json.dumps(report['seconds'])}")
         cdp.ws.close()
     finally:
         proc.terminate()
@@ -568,6 +581,11 @@ def _evaluate(cdp, script):
     assert "exceptionDetails" not in res, f"page script failed: {res['exceptionDetails']}"
     value = res["result"].get("value")
     return json.loads(value) if isinstance(value, str) and value[:1] in ("{", "[") else value  # JSON.stringify
+
+
+def _resize(cdp, width):
+    cdp.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1, mobile=False)
+    _evaluate(cdp, "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))")
 
 
 def _open(cdp, url, width):
@@ -607,42 +625,45 @@ def _click(cdp, selector):
 
 
 def _read_as_a_reader(cdp, base, html, pages, report):
-    """Issue 27 §4, in the browser: the layout at 400 px, the contents and chapter lists at both widths,
-    folding, the search; screenshots of what a reader sees."""
+    """Issue 27 §4, in the browser: the contents and chapter lists at both widths, folding, the
+    search; screenshots of what a reader sees (chapter 03)."""
     chapters = [p for p in pages if p.startswith("chapters/")]
     ch03 = next((p for p in chapters if p.startswith("chapters/03_")), chapters[0] if chapters else None)
-    for rel in chapters:
-        _open(cdp, base + rel, NARROW)
-        report["layout"][NARROW][rel] = _evaluate(cdp, LAYOUT_SCRIPT)
-        if rel == ch03:
-            report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}.png"))
-            report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_run.png", ".run-chapter"))
-            report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_figure.png", ".cell_output img"))
-            report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_code.png", ".cell_input pre .cl[style]"))
     if ch03 is None:
         return
-    # The contents list and the chapter list, reached at both widths: shown beside the text, or by
-    # clicking the theme's button in the article's header (it opens a drawer).
     nav = report["nav"] = {}
-    for width in (WIDE, NARROW):
+
+    def lists(width):
         for what, sel, button in (("contents", "#pst-page-toc-nav a", ".secondary-toggle"),
                                   ("chapters", "nav.bd-docs-nav a", ".primary-toggle")):
-            _open(cdp, base + ch03, width)
             links = _evaluate(cdp, f"{VISIBLE_LINKS}({json.dumps(sel)})")
             clicked = False
             if not links:
                 clicked = bool(_click(cdp, button))
                 links = _evaluate(cdp, f"{VISIBLE_LINKS}({json.dumps(sel)})")
-                if width == NARROW:
-                    report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_{what}.png"))
+                report["shots"].append(_shot(cdp, f"chapter_03_{width}_{what}.png"))
+                for kind in ("keyDown", "keyUp"):  # Escape closes the drawer
+                    cdp.call("Input.dispatchKeyEvent", type=kind, key="Escape", code="Escape", windowsVirtualKeyCode=27)
+                time.sleep(0.4)
             nav[f"{what} at {width} px"] = {"links": len(links), "button": clicked, "first": links[:3]}
-    # Folding: "Fold all" leaves the outline; a link to an anchor in a folded section unfolds it.
+
+    # 400 px: what a phone shows; the contents list and the chapter list sit behind the buttons of
+    # the article's header (each opens a drawer).
+    _open(cdp, base + ch03, NARROW)
+    report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}.png"))
+    report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_run.png", ".run-chapter"))
+    report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_figure.png", ".cell_output img"))
+    report["shots"].append(_shot(cdp, f"chapter_03_{NARROW}_code.png", ".cell_input pre .cl[style]"))
+    lists(NARROW)
+    # 1,400 px: both lists beside the text; folding: "Fold all" leaves the outline, and a link to
+    # an anchor in a folded section unfolds it.
     _open(cdp, base + ch03, WIDE)
+    lists(WIDE)
     fold = report["fold"] = {"height": _evaluate(cdp, "document.documentElement.scrollHeight"),
                              "buttons": _evaluate(cdp, "document.querySelectorAll('button.fold-toggle').length")}
     _evaluate(cdp, "[...document.querySelectorAll('.fold-all button')].find(b => /Fold all/.test(b.textContent)).click(), 1")
     fold["folded"] = _evaluate(cdp, "document.documentElement.scrollHeight")
-    report["shots"].append(_shot(cdp, f"chapter_03_{WIDE}_folded.png"))
+    report["shots"].append(_shot(cdp, f"chapter_03_{WIDE}_folded.png", "article section > h2"))
     target = _evaluate(cdp, "(() => { const s = document.querySelectorAll('article section > h3'); return s.length ? s[s.length - 1].parentElement.id : null; })()")
     _evaluate(cdp, f"(location.hash = {json.dumps('#' + (target or ''))}, 1)")
     time.sleep(0.3)
@@ -651,13 +672,13 @@ def _read_as_a_reader(cdp, base, html, pages, report):
                                           "return !!e && e.getBoundingClientRect().height > 0; })()")
     _evaluate(cdp, "[...document.querySelectorAll('.fold-all button')].find(b => /Unfold/.test(b.textContent)).click(), 1")
     fold["unfolded"] = _evaluate(cdp, "document.documentElement.scrollHeight")
-    # The search, in Chinese and in English.
+    # The search, in Chinese and in English (at 400 px: the results do not depend on the width).
     report["search"] = {}
     for query in ("掩码", "梯度", "gradient", "causal"):
-        _open(cdp, base + "search.html?q=" + urllib.parse.quote(query), WIDE)
+        _open(cdp, base + "search.html?q=" + urllib.parse.quote(query), NARROW)
         report["search"][query] = _evaluate(cdp, SEARCH_SCRIPT)
-    _open(cdp, base + "search.html?q=" + urllib.parse.quote("掩码"), NARROW)
-    report["shots"].append(_shot(cdp, f"search_{NARROW}.png"))
+        if query == "掩码":
+            report["shots"].append(_shot(cdp, f"search_{NARROW}.png"))
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -734,7 +755,7 @@ def test_internal_links_resolve(browser_report):
 
 def test_screenshots_written(browser_report):
     shots = browser_report["shots"]
-    assert len(shots) == 12, shots
+    assert len(shots) == 12, shots  # the landing page, chapter 03 at both widths, its drawers, the search
     for s in shots:
         assert s.stat().st_size > 10_000, f"{s} looks empty"
 
