@@ -29,6 +29,11 @@ language = "en"
 # does. `dict: ""`: jieba's own dictionary, not loaded a second time as a user dictionary (5 s).
 html_search_language = "zh"
 html_search_options = {"dict": ""}
+try:
+    import jieba  # noqa: F401  (without it Sphinx's zh search silently indexes no Chinese word)
+except ImportError as exc:
+    raise ImportError("the site's Chinese search needs jieba (requirements.txt): "
+                      ".venv/bin/pip install 'jieba>=0.42.1'") from exc
 
 # Stored outputs of the executed solution notebooks are the content: nothing is executed.
 nb_execution_mode = "off"

@@ -42,8 +42,9 @@ SHOTS = Path(os.environ.get("SITE_SHOTS") or ROOT / "reports" / "site")
 BUILD_BUDGET_S = 120  # the issue's budget for all sixteen chapters on 2 cores
 WIDE, NARROW = 1400, 400  # the window widths of issue 27 §4 (px)
 # Code cells and outputs that may still need sideways scrolling, at 1,400 px and at 400 px. Measured
-# on 2026-12 (tools/build_site.py wraps lines): 0 and 0 of 499 code cells, 0 and 0 of 207 outputs;
-# before, 384 code cells and 70 outputs at 1,400 px, 492 and 266 at 400 px.
+# when the site learned to wrap lines (site/_ext/course_site.py, course.css): 0 and 0 of 499 code
+# cells, 0 and 0 of 207 outputs; before, 384 of 515 code cells and 70 of 275 outputs at 1,400 px,
+# 492 and 266 at 400 px.
 MAX_SCROLLING = {WIDE: 0, NARROW: 3}
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 
