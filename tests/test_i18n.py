@@ -333,3 +333,25 @@ def test_self_check_questions_speak_chinese_and_give_nothing_away(monkeypatch, c
         assert "还不对：" in rendered, rendered
         if q["hint"] in hints:
             assert hints[q["hint"]] in rendered, rendered
+
+
+def test_the_guards_verdict_on_a_changed_input_speaks_chinese(monkeypatch):
+    """Issue 24's rule 'inputs are never modified', as a Chinese learner reads it: the message the
+    core writes for a tensor and for a list changed in place, with no English sentence left."""
+    import re as _re
+
+    import torch
+
+    from utils import _i18n
+    from utils.checks import _guards
+
+    monkeypatch.setenv("COURSE_LANG", "zh")
+    x = torch.zeros(3, 5)
+    cases = [("x", x, x + 1), ("sizes", [1, 2, 3], [3, 2, 1]), ("sizes", [1, 2], [1, 2, 3]), ("x", x, x[None])]
+    for arg, before, after in cases:
+        en = (f"softmax {_guards.INPLACE.format(name=arg)}: {_guards._how_changed(arg, before, after)}. Inputs are "
+              f"never modified: the caller's {arg} must be left as it was (build a new tensor or list instead).")
+        zh = _i18n.tr(en)
+        words = _re.sub(r"`[^`]*`|\([^()]*\)|[\w.]+\([^()]*\)|[\w.]+_\b", "", zh)
+        assert not _re.search(r"\b(?:changed|values|never|caller|build|items|length|shape)\b", words), zh
+        assert "输入永远不能被修改" in zh and arg in zh, zh
