@@ -112,6 +112,7 @@ site: setup .system-checked
 release: setup
 	$(BIN)/python tools/render_contracts.py --write
 	$(BIN)/python -m grader release
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python tools/i18n.py build
 
 # What the course ships without the repository (tools/dist.py): dist/attention_course_utils-<v>-py3-none-any.whl
 # and dist/attention-course-<v>.zip (the learner releases of notebooks/, the wheel in wheels/, README.txt).

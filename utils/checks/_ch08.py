@@ -9,8 +9,10 @@ or for an approximation.
 own softmax backward). ``ScaledDotProductAttentionFunction`` cannot run that way as a whole: the
 check itself calls ``torch.autograd.grad`` on its output (and ``torch.autograd.gradcheck``). So
 the check calls the learner's class through a subclass whose ``backward`` runs inside the
-autograd tripwire: a backward that calls autograd (``torch.autograd.grad``, ``.backward()``,
-``torch.func.vjp`` ...) is refused and scores zero, while the check's own autograd calls pass.
+autograd and softmax-backward tripwires: a backward that calls autograd (``torch.autograd.grad``,
+``.backward()``, ``torch.func.vjp`` ...) or PyTorch's own softmax backward
+(``torch._softmax_backward_data``) is refused and scores zero, while the check's own autograd calls
+pass.
 """
 import math
 from dataclasses import replace
@@ -467,12 +469,13 @@ MISSING_MASK_GRAD = (
 
 
 def _with_backward_tripwire(impl):
-    """A subclass of the learner's autograd.Function whose backward may not call autograd."""
+    """A subclass of the learner's autograd.Function whose backward may call neither autograd nor
+    PyTorch's own softmax backward (the prompt of 3.1-3.3 forbids both in all three exercises)."""
     attr = "vjp" if impl.vjp is not torch.autograd.Function.vjp else "backward"
     user_backward = getattr(impl, attr)
 
     def backward(ctx, *grads):
-        with learner_code((AUTOGRAD,)):
+        with learner_code((AUTOGRAD, SOFTMAX_BACKWARD)):
             return user_backward(ctx, *grads)
 
     return type(impl.__name__, (impl,), {attr: staticmethod(backward), "__module__": impl.__module__})
@@ -612,6 +615,15 @@ class _FunctionScaleByDv(unguarded(ref.ScaledDotProductAttentionFunction)):
         return (*_bw(scale=lambda q, v: 1.0 / math.sqrt(v.size(-1)))(q, k, v, grad_out, ctx.mask), None)
 
 
+def _fn_torch_softmax_backward(ctx, grad_out):
+    """The right gradients, with dS from PyTorch's own softmax backward (forbidden by the prompt)."""
+    q, k, v = ctx.saved_tensors
+    c = 1.0 / math.sqrt(q.size(-1))
+    a = masked_softmax_impl(q @ k.transpose(-2, -1) * c, ctx.mask)
+    ds = torch._softmax_backward_data(grad_out @ v.transpose(-2, -1), a, -1, a.dtype)
+    return ds @ k * c, ds.transpose(-2, -1) @ q * c, a.transpose(-2, -1) @ grad_out, None
+
+
 FUNCTION_MUTANTS = [
     Mutant("grads_in_wrong_order", WRONG_ORDER, _function_with_backward(_fn_wrong_order)),
     Mutant("no_gradient_slot_for_mask", MISSING_MASK_GRAD, _function_with_backward(_fn_no_mask_grad)),
@@ -623,6 +635,8 @@ FUNCTION_MUTANTS = [
     Mutant("scale_by_d_v", SCALE_BY_D_V, _FunctionScaleByDv),
     Mutant("backward_nan_fully_masked", NAN_ROWS, _fn_bw_from(_bw(weights_fn=_softmax_nan_rows))),
     Mutant("backward_skips_softmax", SKIP_SOFTMAX, _fn_bw_from(_bw(jacobian="identity"))),
+    Mutant("backward_calls_pytorch_softmax_backward", "calls torch._softmax_backward_data (PyTorch's own softmax backward)",
+           _function_with_backward(_fn_torch_softmax_backward)),
 ]
 
 # Correct answers written differently: they must pass.
@@ -708,7 +722,8 @@ FUNCTION_EXERCISE = Exercise(
     forward(ctx, q, k, v, mask=None) saves what backward needs (ctx.save_for_backward for tensors);
     backward(ctx, grad_out) returns one gradient per input of forward: (dq, dk, dv, None).
     The check compares out, dq, dk, dv in float64 (to 1e-10) and runs torch.autograd.gradcheck.
-    backward must not call autograd (backward, torch.autograd.grad): write the gradients yourself.
+    backward must not call autograd (backward, torch.autograd.grad) nor PyTorch's own softmax
+    backward (torch._softmax_backward_data): write the gradients yourself.
     """, kinds={"q": "query", "k": "key", "v": "value", "grad_out": "tensor", "mask": "mask"},
     shapes={"grad_out": ["...", "S_q", "D_v"]}, off=F64_ALREADY),
 )
