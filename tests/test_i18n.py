@@ -355,3 +355,18 @@ def test_the_guards_verdict_on_a_changed_input_speaks_chinese(monkeypatch):
         words = _re.sub(r"`[^`]*`|\([^()]*\)|[\w.]+\([^()]*\)|[\w.]+_\b", "", zh)
         assert not _re.search(r"\b(?:changed|values|never|caller|build|items|length|shape)\b", words), zh
         assert "输入永远不能被修改" in zh and arg in zh, zh
+
+
+def test_a_failing_checks_first_case_is_labelled_in_chinese(monkeypatch):
+    """Issue 28 §4: the label of the first failing case, as the learner reads it, in Chinese for every
+    label the catalogue translates (the arguments after it are shapes and code: unchanged)."""
+    from utils import _i18n
+
+    table = json.loads(i18n.CASES_JSON.read_text(encoding="utf-8"))
+    assert table, "no case label is translated"
+    monkeypatch.setenv("COURSE_LANG", "zh")
+    for en, zh in table.items():
+        line = _i18n.tr(f"softmax: 1 of 9 cases failed.\nFirst failing case: {en}: x (3, 5), dim=-1").split("\n")[1]
+        assert line == f"第一个失败的用例：{zh}：x (3, 5), dim=-1", line
+    monkeypatch.setenv("COURSE_LANG", "en")
+    assert _i18n.tr(f"First failing case: {next(iter(table))}: x") == f"First failing case: {next(iter(table))}: x"

@@ -148,11 +148,30 @@ def sealed_why(qid: str, lang: str = "zh") -> str | None:
     return _WHYS[lang].get(qid)
 
 
+_CASES: dict | None = None
+FIRST_CASE = "First failing case: "
+
+
+def _case_label(line: str) -> str:
+    """"First failing case: <label>: <arguments>" with the label in Chinese, when the catalogue has
+    it (``utils/data/cases_zh.json``, from ``i18n/zh/cases.po``)."""
+    global _CASES
+    if _CASES is None:
+        import json
+        from pathlib import Path
+
+        path = Path(__file__).parent / "data" / "cases_zh.json"
+        _CASES = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    label, sep, rest = line[len(FIRST_CASE):].partition(": ")
+    zh = _CASES.get(label)
+    return f"{FIRST_CASE}{zh}{'：' if sep else ''}{rest}" if zh else line
+
+
 def tr(text: str, lang: str | None = None) -> str:
     """``text`` in ``lang``, by default the learner's language (unchanged in English)."""
     if (lang or language()) != "zh" or not text:
         return text
-    text = str(text)
+    text = "\n".join(_case_label(line) if line.startswith(FIRST_CASE) else line for line in str(text).split("\n"))
     for en, zh in _table():
         if en in text:
             text = text.replace(en, zh)
