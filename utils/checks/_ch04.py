@@ -17,7 +17,7 @@ NEG_INF = float("-inf")
 def _causal_cases(seed: int) -> list:
     r = rng(seed)
     cases = [
-        Case("s_q=4 (s_k omitted: square)", (4,)),
+        Case("s_q=4 (s_k omitted; square)", (4,)),
         Case("s_q=3 < s_k=7 (3 new queries after 4 cached keys)", (3, 7)),
         Case("s_q = s_k = 6", (6, 6)),
         Case("s_q=5, s_k=None", (5,), {"s_k": None}),

@@ -69,7 +69,7 @@ def _softmax_backward_cases(seed: int) -> list:
     add("a single row (1-D)", (7,))
     add("rows of a matrix", (3, 5))
     add("batch and heads (B, H, S_q, S_k)", (2, 3, 4, 6))
-    add("a single entry per row (N = 1: the gradient is 0)", (4, 1))
+    add("a single entry per row (N = 1; the gradient is 0)", (4, 1))
     add("large-magnitude scores (nearly one-hot rows)", (2, 5, 8), scale=40.0)
     m = _random_mask((2,), 4, 6, g)
     add("masked rows (zeros in a)", (2, 4, 6), mask=m)
