@@ -154,15 +154,52 @@ def find_jobs(submissions: Path, assignments: list[str] | None) -> tuple[list[Jo
                 job.problem = _link_problem(expected, "notebook")
             elif not expected.exists() and folder.is_dir():
                 others = sorted(p for p in folder.glob("*.ipynb") if not p.is_symlink() and p.is_file())
-                if len(others) == 1:  # misnamed: grade it, and say so
-                    job.path = others[0]
-                    job.notes.append(f"the notebook was named {others[0].name} instead of {a}.ipynb; it was graded")
+                chosen, note = _misnamed(submissions, sdir.name, a, others)
+                if chosen is not None:
+                    job.path = chosen
+                if note:
+                    job.notes.append(note)
             if folder.is_dir():
                 job.timestamp, why = submission_timestamp(submissions, sdir.name, a)
                 if why:
                     job.notes.append(why)
             jobs.append(job)
     return jobs, skipped
+
+
+def _grade_ids(assignment: str) -> set:
+    try:
+        nb = course.load_json(course.source_path(assignment))
+    except (OSError, ValueError):
+        return set()
+    return {grade_id(c) for c in nb.get("cells", []) if grade_id(c)}
+
+
+def _misnamed(root: Path, student: str, assignment: str, others: list) -> tuple[Path | None, str]:
+    """The notebook to grade when none is named ``<assignment>.ipynb`` (red team R14): the only
+    one there; or, of several ("Untitled.ipynb" beside "03_...-Copy1.ipynb"), the one that holds
+    the assignment's graded cells (the newest, if several do). Each read without following a link,
+    size-capped. ``(path or None, note)``."""
+    from .sandbox import read_below
+
+    expected = f"{assignment}.ipynb"
+    if len(others) == 1:  # misnamed: grade it, and say so
+        return others[0], f"the notebook was named {others[0].name} instead of {expected}; it was graded"
+    if not others:
+        return None, ""
+    ids = _grade_ids(assignment)
+    holding = []
+    for p in others[:20]:
+        data, _ = read_below(root, [student, assignment, p.name], MAX_NOTEBOOK_BYTES)
+        if data is not None and any(f'"grade_id": "{g}"'.encode() in data or f'"grade_id":"{g}"'.encode() in data
+                                    for g in ids):
+            holding.append(p)
+    names = ", ".join(p.name for p in others[:20])
+    if not holding:
+        return None, f"no notebook is named {expected}, and none of the {len(others)} there ({names}) holds its graded cells"
+    chosen = max(holding, key=lambda p: (p.lstat().st_mtime, p.name))
+    return chosen, (f"no notebook is named {expected}: of the {len(others)} there ({names}), {chosen.name} "
+                    f"{'holds' if len(holding) == 1 else 'is the newest that holds'} the assignment's graded cells; it was graded")
 
 
 def submission_timestamp(root: Path, student: str, assignment: str) -> tuple[str | None, str | None]:
@@ -206,6 +243,9 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
         sub, problem = load_submission(job.path, MAX_NOTEBOOK_BYTES, MAX_CELLS, root=job.root)
     else:
         sub, problem = None, "no notebook was submitted"
+    lang = submission_language(sub)
+    if lang != "en":
+        release = localised(release, job.assignment, lang)
     restored = restore(release, sub, problem)
     general = job.notes + restored.notes
     nb = restored.notebook
@@ -226,7 +266,7 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
                                  "render.json": json.dumps(learner_markdown(nb)).encode()},
                           outputs={"executed.ipynb": EXECUTED_CAP, "rendered.json": RENDERED_CAP},
                           limits=sandbox.Limits(wall_seconds=NOTEBOOK_TIMEOUT), expose=[course.ROOT / "utils"],
-                          host_dir=scratch)
+                          env={"COURSE_LANG": lang}, host_dir=scratch)
         exec_seconds = time.monotonic() - t0
         rendered = _read_rendered(res.outputs.get("rendered.json"))
         executed, why_unusable = _read_executed(res.outputs.get("executed.ipynb"), len(nb.cells))
@@ -234,14 +274,7 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
         if why_unusable or res.output_problems.get("executed.ipynb"):
             last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1][:300]
             why_not_run = f"the notebook could not be executed ({why_unusable or res.output_problems['executed.ipynb']}; {last})"
-        for cell, done in zip(nb.cells, executed):
-            if cell.cell_type == "code" and done is not None:
-                outputs, count = done
-                if count is not None or outputs:
-                    cell.outputs = _safe_outputs(outputs)
-                    cell.execution_count = count
-                elif is_test(cell):
-                    cell.outputs = [_error("NotExecuted", why_not_run)]
+        take_outputs(nb, executed, why_not_run)
         for cell in nb.cells:
             if is_test(cell) and cell.cell_type == "code" and not cell.get("outputs") and cell.get("execution_count") is None:
                 cell.outputs = [_error("NotExecuted", why_not_run)]
@@ -263,14 +296,14 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
             if v is None or not is_test(cell):
                 continue
             if not v.ok and not _failed(cell):
-                cell.outputs.append(_error("VerificationError", f"independent re-check failed: {v.reason}"))
+                cell.outputs.append(_error("VerificationError", tr(f"independent re-check failed: {v.reason}", lang)))
             elif v.ok and _failed(cell):
                 # The re-check (new secret inputs, outside the kernel, its own time budget) is the
                 # grade: a test cell the kernel did not reach, or failed because another cell hung,
                 # crashed or slowed the kernel down, loses nothing.
-                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=tr(
                     "✅ passed the independent re-check on new inputs, which is the grade (in the notebook "
-                    f"this cell did not pass: {(_failure(cell) or '')[:300]})\n"))]
+                    f"this cell did not pass: {(_failure(cell) or '')[:300]})", lang) + "\n")]
 
     for cell in nb.cells:
         gid = grade_id(cell)
@@ -282,7 +315,8 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "error":
                     # Feedback must not reveal hidden tests: keep the message, drop the traceback.
-                    out["traceback"] = [f"{out.get('ename')}: {out.get('evalue')}"]
+                    # The message in the submission's language, as the learner's kernel showed it.
+                    out["traceback"] = [f"{out.get('ename')}: {tr(str(out.get('evalue') or ''), lang)}"]
             msg = _failure(cell)
             if msg:
                 reasons[gid] = msg
@@ -298,6 +332,54 @@ def _grade_one(job: Job, release: dict, solution: dict, work: Path, scratch: Pat
     neutralise(nb, rendered, learner_content=not restored.problem)
     _store(nb, work, job)
     return Outcome(job.student, job.assignment, reasons, general, time.monotonic() - start, exec_seconds)
+
+
+# ------------------------------------------------------------------------- the submission's language
+CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def submission_language(sub: dict | None) -> str:
+    """``"zh"`` for a notebook of the Chinese edition (issue 28 §5), else ``"en"``: its set-up cell
+    sets the language (``tools/i18n.py``'s line), or most of its markdown cells are written in
+    Chinese. Only what the learner reads depends on it (the check messages in the executed
+    notebook, the feedback's wording); the code run and the grade are the same in both."""
+    if not sub:
+        return "en"
+    cells = [c for c in sub.get("cells", []) if isinstance(c, dict)]
+    for cell in cells:
+        if grade_id(cell) == "demo-setup" and 'environ.setdefault("COURSE_LANG", "zh")' in _text(cell.get("source")):
+            return "zh"
+    prose = [_text(c.get("source")) for c in cells if c.get("cell_type") == "markdown"]
+    chinese = sum(1 for t in prose if len(CJK.findall(t)) >= 0.2 * max(1, len(re.findall(r"[A-Za-z\u3400-\u9fff]", t))))
+    return "zh" if prose and chinese * 2 > len(prose) else "en"
+
+
+def localised(release: dict, assignment: str, lang: str) -> dict:
+    """The release with the markdown cells and the set-up cell of its ``lang`` edition
+    (``notebooks/<lang>/``, generated from the same source by ``make release``), matched by cell id;
+    every other cell, and all of nbgrader's metadata, are the release's own. The release unchanged
+    when that edition is missing or unreadable."""
+    path = course.ROOT / "notebooks" / lang / assignment / f"{assignment}.ipynb"
+    try:
+        other = {c["id"]: c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c.get("id")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return release
+    out = copy.deepcopy(release)
+    for cell in out["cells"]:
+        twin = other.get(cell.get("id"))
+        if twin and twin.get("cell_type") == cell.get("cell_type") and (
+                cell.get("cell_type") == "markdown" or grade_id(cell) == "demo-setup"):
+            cell["source"] = twin["source"]
+    return out
+
+
+def tr(text: str, lang: str) -> str:
+    """``text`` in ``lang`` (the course's own translation of its messages, ``utils._i18n``)."""
+    if lang == "en":
+        return text
+    from utils import _i18n
+
+    return _i18n.tr(text, lang)
 
 
 def for_execution(nb):
@@ -359,6 +441,21 @@ def _store(nb, work: Path, job: Job) -> None:
         (dest / "timestamp.txt").write_text(job.timestamp + "\n")
 
 
+def take_outputs(nb, executed: list, why_not_run: str) -> None:
+    """Each code cell's outputs and execution count from the executed notebook (``_read_executed``),
+    kept within the notebook's output budget (``_safe_outputs``): one for the learner's cells,
+    one for the test cells."""
+    learner, tests = output_budget(), output_budget()
+    for cell, done in zip(nb.cells, executed):
+        if cell.cell_type == "code" and done is not None:
+            outputs, count = done
+            if count is not None or outputs:
+                cell.outputs = _safe_outputs(outputs, tests if is_test(cell) else learner)
+                cell.execution_count = count
+            elif is_test(cell):
+                cell.outputs = [_error("NotExecuted", why_not_run)]
+
+
 def _read_executed(data: bytes | None, n_cells: int) -> tuple[list, str | None]:
     """What the sandbox's executed notebook says of each cell: ``[(outputs, execution_count) or
     None]`` and why it is unusable, if it is. The file is learner-controlled (learner code can
@@ -411,26 +508,48 @@ MAX_ERROR = 4_000
 MAX_TEXT = 20_000
 MAX_PNG = 2 * 2**20
 MAX_OUTPUTS = 100  # per cell
-NOTEBOOK_OUTPUT_BYTES = 8 * 2**20  # all of a notebook's kept outputs together
+# All of a notebook's kept outputs together, in bytes and in number (issue 25 §2; red team R6): every
+# output costs its text plus OUTPUT_COST, so that 100,000 empty outputs (100 in each of 1,000 cells)
+# cannot cost the grader, nbgrader and nbconvert minutes. Test cells (the course's checks, which
+# print what learner code does) have a budget of their own, so learner cells cannot crowd them out.
+NOTEBOOK_OUTPUT_BYTES = 8 * 2**20
+NOTEBOOK_OUTPUTS = 2_000
+OUTPUT_COST = 256  # bytes an output counts for besides its text: its JSON, the HTML around it
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+DROPPED = "... [further output dropped: the notebook's outputs are too large or too many]\n"
+
+
+def output_budget() -> list:
+    """A notebook's output budget for ``_safe_outputs``: [bytes left, outputs left, note given]."""
+    return [NOTEBOOK_OUTPUT_BYTES, NOTEBOOK_OUTPUTS, False]
+
+
+def _node(output: dict):
+    """A plain nbformat output (built from the kept fields only: nothing to validate, and
+    ``nbformat.v4.new_output`` validates each one, ~0.4 ms)."""
+    return nbformat.from_dict(output)
 
 
 def _safe_outputs(outputs, budget: list | None = None) -> list:
     """Outputs written by learner code, as plain nbformat outputs of the kept types and sizes
-    (anything else is dropped; ``budget``: [bytes left for the notebook's outputs])."""
-    budget = budget if budget is not None else [NOTEBOOK_OUTPUT_BYTES]
+    (anything else is dropped). ``budget`` (``output_budget()``): what the notebook has left,
+    shared by the cells; once it is spent, one note says so and nothing more is kept."""
+    budget = budget if budget is not None else output_budget()
     safe = []
     for out in (outputs if isinstance(outputs, list) else [])[:MAX_OUTPUTS]:
-        if not isinstance(out, dict) or budget[0] <= 0:
+        if budget[0] <= 0 or budget[1] <= 0:
+            break
+        if not isinstance(out, dict):
             continue
         kind = out.get("output_type")
         if kind == "stream":
             text = _text(out.get("text"))[:MAX_STREAM]
-            new = nbformat.v4.new_output("stream", name="stderr" if out.get("name") == "stderr" else "stdout", text=text)
+            new = {"output_type": "stream", "name": "stderr" if out.get("name") == "stderr" else "stdout", "text": text}
             size = len(text)
         elif kind == "error":
-            new = _error(_text(out.get("ename"))[:200], _text(out.get("evalue"))[:MAX_ERROR])
-            size = len(new["evalue"]) + 200
+            ename, evalue = _text(out.get("ename"))[:200], _text(out.get("evalue"))[:MAX_ERROR]
+            new = {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
+            size = 2 * (len(ename) + len(evalue))
         elif kind in ("display_data", "execute_result"):
             data = out.get("data") if isinstance(out.get("data"), dict) else {}
             keep = {}
@@ -444,15 +563,19 @@ def _safe_outputs(outputs, budget: list | None = None) -> list:
             if not keep:
                 continue
             size = sum(len(v) for v in keep.values())
-            new = (nbformat.v4.new_output("execute_result", data=keep, execution_count=None) if kind == "execute_result"
-                   else nbformat.v4.new_output("display_data", data=keep))
+            new = {"output_type": kind, "data": keep, "metadata": {}}
+            if kind == "execute_result":
+                new["execution_count"] = None
         else:
             continue
-        budget[0] -= size
+        budget[0] -= size + OUTPUT_COST
+        budget[1] -= 1
         if budget[0] < 0:
-            safe.append(nbformat.v4.new_output("stream", name="stdout", text="... [further output dropped: too large]\n"))
             break
-        safe.append(new)
+        safe.append(_node(new))
+    if (budget[0] <= 0 or budget[1] <= 0) and not budget[2]:
+        budget[2] = True
+        safe.append(_node({"output_type": "stream", "name": "stdout", "text": DROPPED}))
     return safe
 
 
@@ -480,6 +603,15 @@ HTML_NOTEBOOK_TAGS = 20_000  # per notebook, every field together
 # notebook; the rest is cut from what is shown (the grade used the whole cell: it ran before).
 CODE_SHOWN_PER_CELL = 20_000
 CODE_SHOWN_PER_NOTEBOOK = 200_000
+
+
+def defuse_markers(text: str) -> str:
+    """nbgrader's region markers made inert (``BEGIN HIDDEN TESTS`` -> ``begin_hidden_tests``):
+    typed into a learner's cell, they would make nbgrader's feedback hide part of it or fail."""
+    while any(marker in text for marker in HIDDEN_MARKERS):
+        for marker in HIDDEN_MARKERS:
+            text = text.replace(marker, marker.replace(" ", "_").lower())
+    return text
 
 
 def sanitise_html(text: str, budget: list | None = None) -> str:
@@ -524,13 +656,9 @@ def neutralise(nb, rendered: dict | None = None, learner_content: bool = True) -
         learner = is_answer(cell) or not nbg(cell) or i in markdown
         if learner and isinstance(cell.get("source"), str):
             src = cell.source
-            for marker in HIDDEN_MARKERS:
-                src = src.replace(marker, marker.replace(" ", "_").lower())
             if cell.cell_type == "markdown" and i in markdown:
                 html_text = rendered.get(i)
                 if html_text is not None:
-                    for marker in HIDDEN_MARKERS:
-                        html_text = html_text.replace(marker, marker.replace(" ", "_").lower())
                     src = html_block(sanitise_html(html_text, budget))
                 else:
                     src = escaped_block(src)
@@ -540,7 +668,9 @@ def neutralise(nb, rendered: dict | None = None, learner_content: bool = True) -
                 if len(src) > shown:
                     src = src[:shown] + f"\n# ... [{len(src) - shown} more characters not shown: the grade used the whole cell]"
                 code_budget -= min(len(src), shown)
-            cell.source = src
+            # Last, on the text as it is stored: the sanitiser joins text across the tags it drops
+            # ("BEGIN <x>HIDDEN TESTS"), so markers are defused in what nbgrader will read, never before.
+            cell.source = defuse_markers(src)
         for out in cell.get("outputs", []):
             data = out.get("data")
             if isinstance(data, dict):

@@ -497,6 +497,10 @@ def _judge(ex, cases: list, data: bytes | None, why: str, note: str, res, extra:
     for i, (case, got) in enumerate(zip(cases, outs)):
         if isinstance(got, dict) and set(got) == {"__crashed__"}:
             return Verdict(False, f"on new random inputs [{case.label}]: {name} {str(got['__crashed__'])[:400]}{extra}")
+        missing = _missing_observations(case, got)
+        if missing:
+            return Verdict(False, f"on new random inputs [{case.label}]: the independent re-run's result lacks "
+                                  f"what the guards observed ({missing}){extra}")
         try:
             got = _plain(got)
             with RNG_LOCK:
@@ -509,6 +513,29 @@ def _judge(ex, cases: list, data: bytes | None, why: str, note: str, res, extra:
     if len(outs) != len(cases):
         return Verdict(False, "the independent re-run returned the wrong number of results")
     return Verdict(True)
+
+
+def _missing_observations(case, got) -> str:
+    """What a case's result must carry and does not: the guards' observations that the case asks
+    for (``Case.observe``: the inputs after the call and their layouts, a second call's output),
+    decided here from the case, never from the result (red team R4: a class body that dropped them
+    from every result skipped the rules they stand for)."""
+    from utils.checks._guards import AGAIN, INPUTS, LAYOUT, OUT
+
+    observe = getattr(case, "observe", ()) or ()
+    if getattr(case, "grad", None) or not observe:
+        return ""
+    if not (isinstance(got, dict) and OUT in got):
+        return "no observation at all"
+    wanted = ([INPUTS, LAYOUT] if "inputs" in observe else []) + ([AGAIN] if "again" in observe else [])
+    lacking = [k.strip("_") for k in wanted if k not in got]
+    if not lacking and "inputs" in observe:
+        from utils.checks._guards import _tensor_paths
+
+        layouts = got[LAYOUT]
+        if not isinstance(layouts, list) or len(layouts) != len(list(_tensor_paths([case.args, case.kwargs], ""))):
+            lacking.append("the layout of every input")
+    return ", ".join(lacking)
 
 
 def _payload(name: str, cases: list, seed: int) -> bytes:

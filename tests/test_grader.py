@@ -629,3 +629,16 @@ def test_formgrader_shows_the_rubric_and_no_feedback_does(graded, feedback, tmp_
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     page = (tmp_path / "hostile_script_refs" / bank.A / f"{bank.A}.html").read_text()
     assert "The variance is" in page and sentence not in page and HEADING[:30] not in page
+
+
+def test_feedback_speaks_the_submissions_language(graded, feedback):
+    """Issue 28 §5: a Chinese submission is graded as its English twin (the bank's expected scores)
+    and its feedback speaks Chinese: the check's verdict, the prose around it; the English twin's
+    stays English."""
+    tmp, _, _, _ = graded
+    a = "00_foundations"
+    zh = (tmp / "feedback" / "ch00_zh_overflow" / f"{a}.html").read_text(encoding="utf-8")
+    en = (tmp / "feedback" / "ch00_mistakes_overflow" / f"{a}.html").read_text(encoding="utf-8")
+    assert "个用例中有" in zh and "cases failed" not in zh, "the check's verdict in Chinese"
+    assert "cases failed" in en and "个用例中有" not in en
+    assert "动机（Motivation）" in zh and "动机（Motivation）" not in en

@@ -120,7 +120,7 @@ SAMPLES = {
         _expect(causal_mask=0, padding_mask=0, masked_softmax=0, quiz_2=0)),
     "ch04_mistakes_diagonal": (
         "chapter 04: causal mask without its diagonal, padding masks queries (B, max_len, 1), additive -inf bias, "
-        "quiz 3 says memory ('a')",
+        "quiz 3 says the two mask shapes are the same ('a')",
         lambda: _with_answers(causal_mask=CAUSAL_STRICT, padding_mask=PADDING_QUERIES,
                               masked_softmax=MSM_ADDITIVE, quiz_3='answer_3 = "a"'),
         _expect(causal_mask=0, padding_mask=0, masked_softmax=0, quiz_3=0)),

@@ -138,7 +138,7 @@ SAMPLES = {
     "ch05_correct": ("chapter 05: the solution's answers", correct, FULL),
     "ch05_mistakes_view": (
         "chapter 05: self-attention without 1/sqrt(d_k); split and merge by view/reshape without transpose, "
-        "mask ignored in forward; quiz 1 says 8 x 4 x 512^2 ('b')",
+        "mask ignored in forward; quiz 1 counts 12 heads of 4 x 768^2 ('b')",
         lambda: _with_answers(SelfAttention=SA_NO_SCALING, MultiHeadAttention=MHA_A, quiz_1='answer_1 = "b"'),
         _expect(**ZERO, quiz_1=0)),
     "ch05_mistakes_shapes": (
@@ -148,7 +148,7 @@ SAMPLES = {
         _expect(**ZERO, quiz_2=0)),
     "ch05_mistakes_heads": (
         "chapter 05: NaN rows zeroed in place; interleaved heads in split, heads averaged in merge, mask "
-        "applied after the softmax; quiz 3 says unchanged ('a'), quiz 4 says the RNN costs S^2 d ('c')",
+        "applied after the softmax; quiz 3 says unchanged ('a'), quiz 4 says the two cost terms are equal ('c')",
         lambda: _with_answers(SelfAttention=SA_INPLACE, MultiHeadAttention=MHA_C, quiz_3='answer_3 = "a"',
                               quiz_4='answer_4 = "c"'),
         _expect(**ZERO, quiz_3=0, quiz_4=0)),

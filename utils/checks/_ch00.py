@@ -5,6 +5,7 @@ from .. import reference as ref
 from ._contract import Contract
 from ._core import Case, Exercise, Mutant, Variant, compare, describe, generator, randn, rng
 from ._forbid import LOGSUMEXP, SOFTMAX
+from ._tripwires import Forbidden
 from ._guards import INPLACE
 from ._registry import register
 
@@ -12,6 +13,14 @@ __all__ = ["check_softmax", "check_logsumexp"]
 
 F64 = torch.float64
 NEG_INF = float("-inf")
+
+# A log-sum-exp under another name: the last entry of the cumulative log-sum-exp along `dim` is the
+# log-sum-exp itself, so both exercises forbid it with the library's softmax and log-sum-exp.
+CUMULATIVE_LSE = Forbidden(
+    "torch.logcumsumexp / Tensor.logcumsumexp",
+    (torch.logcumsumexp, torch.Tensor.logcumsumexp),
+    (torch.ops.aten.logcumsumexp, torch.ops.aten._logcumsumexp),
+)
 
 
 # ---------------------------------------------------------------- cases (shared by both)
@@ -39,7 +48,8 @@ def _judge_lse_all_minus_inf(x: torch.Tensor, dim: int):
 
 def _cases(seed: int, exercise: str) -> list:
     """x of 1 to 4 dims and a dim (negative or positive): typical inputs first, then gradients,
-    then the edges (overflow, underflow, -inf entries, slices entirely -inf), then random shapes."""
+    then the edges (overflow, underflow, -inf entries; then -inf entries and +1000 together, in the
+    gradients; slices entirely -inf), then random shapes."""
     r, g = rng(seed), generator(seed)
     cases = []
 
@@ -57,14 +67,6 @@ def _cases(seed: int, exercise: str) -> list:
     add("a square 2-D input, dim=-1", randn(4, 4, gen=g))
     add("float64 input", randn(2, 3, 5, gen=g, dtype=F64))
     add("gradients (float64) of a random loss", randn(3, 5, gen=g, dtype=F64), grad=True)
-    # -inf entries (a row whose leading entries are all -inf, the largest entry of another row
-    # hidden), and rows far apart: the gradient must stay finite and exact.
-    x = randn(4, 6, gen=g, dtype=F64, scale=3.0)
-    x[0, :3] = NEG_INF
-    x[1, x[1].argmax()] = NEG_INF
-    x[2] += 1000.0
-    x[3, 4] = NEG_INF
-    add("gradients (float64), dim=0, with -inf entries and a row near +1000", x.t().contiguous(), dim=0, grad=True)
     add("size 1 along dim", randn(3, 1, gen=g))
     add("a size-1 dim besides dim", randn(2, 1, 5, gen=g))
     add("large values, about +1000 (a naive exp overflows)", 1000.0 + randn(3, 5, gen=g))
@@ -78,6 +80,15 @@ def _cases(seed: int, exercise: str) -> list:
     x[:, 2] = randn(4, gen=g)  # every row keeps a finite entry ...
     x[0, :2] = NEG_INF  # ... after leading -inf entries in the first row
     add("some entries are -inf (the first row starts with -inf)", x)
+    # The two edges together, after each alone (so that the first failure names one cause): -inf
+    # entries (a row whose leading entries are all -inf, the largest entry of another row hidden)
+    # and a row near +1000; the gradient must stay finite and exact.
+    x = randn(4, 6, gen=g, dtype=F64, scale=3.0)
+    x[0, :3] = NEG_INF
+    x[1, x[1].argmax()] = NEG_INF
+    x[2] += 1000.0
+    x[3, 4] = NEG_INF
+    add("gradients (float64), dim=0, with -inf entries and a row near +1000", x.t().contiguous(), dim=0, grad=True)
     x = randn(3, 5, gen=g)
     x[1] = NEG_INF  # no finite entry at all in row 1
     x[2, :4] = NEG_INF
@@ -159,11 +170,30 @@ def _softmax_inplace_input(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
+def _softmax_shift_by_mean(x, dim=-1):
+    e = torch.exp(x - x.mean(dim=dim, keepdim=True))  # entries far above the mean overflow
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _softmax_shift_by_min(x, dim=-1):
+    e = torch.exp(x - x.amin(dim=dim, keepdim=True))  # every exponent >= 0: the largest overflow first
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _softmax_float16(x, dim=-1):
+    h = x.half()  # "to save memory": float16 keeps about 3 significant digits
+    e = torch.exp(h - h.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
 def _softmax_zeros_for_empty(x, dim=-1):
     e = torch.exp(x - x.amax(dim=dim, keepdim=True).nan_to_num(0.0, neginf=0.0))
     return e / e.sum(dim=dim, keepdim=True).clamp_min(1e-30)  # an all -inf slice gives 0, not NaN
 
 
+SHIFT_HINT = ("the shift is not the max along `dim` (the mean, or the min?): only m = the max makes every "
+              "exponent <= 0, so nothing overflows; with a smaller shift the entries far above it overflow "
+              "(inf/inf = NaN), and a -inf entry makes the mean -inf (x - (-inf) = inf).")
 INPLACE_EXP_HINT = ("the exponentials were normalised in place (`e /= e.sum(...)`): torch.exp saved its output "
                     "for the backward pass, so the gradient breaks; write `e / e.sum(...)` (a new tensor).")
 
@@ -176,6 +206,9 @@ SOFTMAX_MUTANTS = [
     Mutant("sum_over_whole_tensor", "you divided by the sum over the whole tensor instead of the sum along `dim`: each slice along `dim` must sum to 1 (use .sum(dim=dim, keepdim=True)).", _softmax_sum_all),
     Mutant("max_without_keepdim", "the max was taken without keepdim=True, so it broadcasts against the wrong axis (x - m fails, or subtracts another slice's max): use x.amax(dim=dim, keepdim=True).", _softmax_max_no_keepdim),
     Mutant("sum_without_keepdim", "the sum was taken without keepdim=True, so e / e.sum(dim) broadcasts against the wrong axis: use e.sum(dim=dim, keepdim=True).", _softmax_sum_no_keepdim),
+    Mutant("shift_by_mean", SHIFT_HINT, _softmax_shift_by_mean),
+    Mutant("shift_by_min", SHIFT_HINT, _softmax_shift_by_min),
+    Mutant("computed_in_float16", "the softmax was computed in float16 (x.half()), which keeps about 3 significant digits: compute in x's dtype (or in float64) and return x's dtype.", _softmax_float16),
     Mutant("denominator_not_shifted", "the numerator is exp(x - m) but the denominator sums exp(x): subtract the same max in both (e = exp(x - m); e / e.sum(...)).", _softmax_denominator_unshifted),
     Mutant("inplace_normalise", INPLACE_EXP_HINT, _softmax_inplace_normalise),
     Mutant("inplace_input", f"softmax {INPLACE.format(name='x')}", _softmax_inplace_input),
@@ -209,14 +242,23 @@ def _v_softmax_detached_max(x, dim=-1):
     return e * e.sum(dim=dim, keepdim=True).reciprocal()
 
 
+def _v_softmax_log_space(x, dim=-1):
+    m = torch.max(x, dim=dim, keepdim=True).values  # division-free: exp(x - lse(x))
+    lse = m + torch.log(torch.exp(x - m).sum(dim=dim, keepdim=True))
+    return torch.exp(x - lse)
+
+
 SOFTMAX_EXERCISE = Exercise(
     name="softmax",
     reference=ref.softmax,
     make_cases=_softmax_cases,
     mutants=SOFTMAX_MUTANTS,
+    # The demo variant is the log-space softmax: correct, but the least accurate at |x| ~ 1e4 (the
+    # rounding of lse goes into every weight), which section 4.1's asserts must allow.
     variants=[Variant("movedim_and_loops", _v_softmax_moveaxis_loops),
-              Variant("float64_inside_guarded_max", _v_softmax_float64_guarded, demo=True),
-              Variant("detached_max_reciprocal", _v_softmax_detached_max)],
+              Variant("float64_inside_guarded_max", _v_softmax_float64_guarded),
+              Variant("detached_max_reciprocal", _v_softmax_detached_max),
+              Variant("log_space", _v_softmax_log_space, demo=True)],
     contract=Contract("""Softmax along `dim`, computed stably: exp(x - m) / sum(exp(x - m)), m the max along `dim`.
 
     x: a float tensor of any shape;  dim: the dim to normalise over (negative or positive).
@@ -224,7 +266,7 @@ SOFTMAX_EXERCISE = Exercise(
     Finite inputs of any magnitude (about ±1000 included) give finite results: no overflow, no 0/0.
     An entry equal to -inf gets weight 0; a slice along `dim` that is entirely -inf gives NaN
     (0/0, as torch.softmax gives).
-    """, forbid=(SOFTMAX, LOGSUMEXP), grad="x", kinds={"x": "scores"}),
+    """, forbid=(SOFTMAX, LOGSUMEXP, CUMULATIVE_LSE), grad="x", kinds={"x": "scores"}),
 )
 check_softmax = register(SOFTMAX_EXERCISE)
 
@@ -284,6 +326,28 @@ def _lse_log_of_mean(x, dim=-1):
     return (m + torch.log(torch.exp(x - m).mean(dim=dim, keepdim=True))).squeeze(dim)
 
 
+def _lse_shift_by_mean(x, dim=-1):
+    m = x.mean(dim=dim, keepdim=True)
+    return (m + torch.log(torch.exp(x - m).sum(dim=dim, keepdim=True))).squeeze(dim)
+
+
+def _lse_shift_by_min(x, dim=-1):
+    m = x.amin(dim=dim, keepdim=True)
+    return (m + torch.log(torch.exp(x - m).sum(dim=dim, keepdim=True))).squeeze(dim)
+
+
+def _lse_pairwise_logaddexp(x, dim=-1):
+    rows = x.movedim(dim, 0)  # one slice along dim at a time, folded with the library's pairwise lse
+    out = rows[0]
+    for row in rows[1:]:
+        out = torch.logaddexp(out, row)  # logaddexp(-inf, -inf) has a NaN gradient
+    return out
+
+
+LSE_SHIFT_HINT = ("the shift is not the max along `dim` (the mean, or the min?): only m = the max makes every "
+                  "exponent <= 0 with one term exactly 1, so the sum is in [1, n]; with a smaller shift the "
+                  "entries far above it overflow, and a -inf entry makes the mean -inf.")
+
 LOGSUMEXP_MUTANTS = [
     Mutant("no_max_subtraction", "log(sum(exp(x))) overflowed to inf (or underflowed to log(0) = -inf) on large inputs: compute m + log(sum(exp(x - m))) with m the max along `dim`.", _lse_no_max),
     Mutant("max_not_added_back", "the max was subtracted inside the exp but not added back: logsumexp(x) = m + log(sum(exp(x - m))).", _lse_max_not_added),
@@ -295,6 +359,9 @@ LOGSUMEXP_MUTANTS = [
     Mutant("squeeze_every_dim", "squeeze() without an argument removed every size-1 dim, not only `dim`: use .squeeze(dim).", _lse_squeeze_all),
     Mutant("inplace_input", f"logsumexp {INPLACE.format(name='x')}", _lse_inplace_input),
     Mutant("log1p_of_sum", "you took log1p of the sum, log(1 + sum(exp(x - m))): the sum already contains the max's own term exp(0) = 1, so log1p adds 1 more; use torch.log of the sum.", _lse_log1p),
+    Mutant("shift_by_mean", LSE_SHIFT_HINT, _lse_shift_by_mean),
+    Mutant("shift_by_min", LSE_SHIFT_HINT, _lse_shift_by_min),
+    Mutant("pairwise_logaddexp", "the gradient is NaN at -inf entries (torch.logaddexp(-inf, -inf) divides 0 by 0 in the backward pass): compute m + log(sum(exp(x - m))) along `dim`, whose gradient at a -inf entry is exactly 0.", _lse_pairwise_logaddexp),
     Mutant("log_of_mean", "you took the log of the mean of the exponentials, not of their sum (off by log n): use .sum(dim=dim).", _lse_log_of_mean),
 ]
 
@@ -333,6 +400,6 @@ LOGSUMEXP_EXERCISE = Exercise(
     Finite inputs of any magnitude (about ±1000 included) give finite results: no overflow, no log(0).
     An entry equal to -inf adds exp(-inf) = 0; a slice along `dim` that is entirely -inf may give
     -inf (log 0, as torch.logsumexp gives) or NaN (what -inf - (-inf) gives in the formula above).
-    """, forbid=(LOGSUMEXP, SOFTMAX), grad="x", kinds={"x": "scores"}),
+    """, forbid=(LOGSUMEXP, SOFTMAX, CUMULATIVE_LSE), grad="x", kinds={"x": "scores"}),
 )
 check_logsumexp = register(LOGSUMEXP_EXERCISE)

@@ -363,6 +363,33 @@ def _pool_additive_bias(query, keys, values, score_fn, mask=None):
     return w @ values, w
 
 
+def _pool_mask_after_renormalised(query, keys, values, score_fn, mask=None):
+    w = torch.softmax(score_fn(query, keys), dim=-1)  # over every key, masked ones included ...
+    if mask is not None:
+        w = w * mask  # ... then the masked weights zeroed and the rest renormalised
+        w = (w / w.sum(dim=-1, keepdim=True)).nan_to_num(0.0)
+    return w @ values, w
+
+
+def _pool_max_before_masking(query, keys, values, score_fn, mask=None):
+    scores = score_fn(query, keys)
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # the max of all scores, masked ones included
+    if mask is not None:
+        e = e * mask
+    total = e.sum(dim=-1, keepdim=True)
+    w = torch.where(total > 0, e / total, torch.zeros_like(e))
+    return w @ values, w
+
+
+def _pool_no_max_subtraction(query, keys, values, score_fn, mask=None):
+    e = torch.exp(score_fn(query, keys))  # a softmax by hand without the max: exp overflows past ~88
+    if mask is not None:
+        e = e.masked_fill(~mask, 0.0)
+    total = e.sum(dim=-1, keepdim=True)
+    w = torch.where(total > 0, e / total, torch.zeros_like(e))
+    return w @ values, w
+
+
 WRONG_DIM_HINT = ("the softmax was taken over the query dim (-2) instead of the key dim (-1): each query's "
                   "weights over the keys must sum to 1.")
 INPLACE_HINT = ("an in-place edit of the softmax's output (such as `w[w.isnan()] = 0` or `w.masked_fill_(...)`) "
@@ -372,6 +399,11 @@ ADDITIVE_BIAS_HINT = ("the mask was applied by adding a -inf bias (scores + bias
                       "fully masked row autograd sends NaN back through the addition into the scores; fill the "
                       "scores with masked_fill(~mask, -inf) or torch.where(mask, scores, -inf), which send no "
                       "gradient through masked entries.")
+MASK_AFTER_MAX_HINT = ("the mask was applied after the softmax (or after subtracting the max), to the weights or the "
+                      "exponentials, and the rest renormalised: when a masked key holds the largest score, every "
+                      "allowed key's exp(score - max) underflows to 0 and the row comes out all zeros, and a fully "
+                      "masked row sends NaN back through the division. Set the masked scores to -inf first, then take "
+                      "the softmax of what remains (rule 3).")
 MASK_MULTIPLIES_HINT = ("the scores were multiplied by the mask: a masked key's score becomes 0, which still gets "
                         "weight exp(0); set masked scores to -inf before the softmax.")
 
@@ -393,6 +425,10 @@ POOLING_MUTANTS = [
     Mutant("bmm_3d_only", BMM_HINT, _pool_bmm),
     Mutant("extra_sqrt_d_scaling", "the scores were divided by sqrt(D): score_fn already defines the score, so use score_fn(query, keys) exactly as it returns it.", _pool_extra_scaling),
     Mutant("inplace_nan_fix", INPLACE_HINT, _pool_inplace_nan_fix),
+    # Also names the same mistake made after the softmax (_pool_mask_after_renormalised): their
+    # outputs agree on every case that either fails.
+    Mutant("max_before_masking", MASK_AFTER_MAX_HINT, _pool_max_before_masking),
+    Mutant("no_max_subtraction", "exp(scores) overflowed to inf (inf/inf = NaN) on large scores: a softmax written by hand must subtract each row's max first (chapter 00, section 2.6), or use torch.softmax, which rule 2 allows.", _pool_no_max_subtraction),
     Mutant("additive_inf_bias", ADDITIVE_BIAS_HINT, _pool_additive_bias),
 ]
 

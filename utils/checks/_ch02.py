@@ -276,6 +276,15 @@ class _AdditiveInfBias(_ScoreMixin):
         return w @ values, w
 
 
+class _ContextFromNanWeights(_ScoreMixin):
+    def forward(self, query, keys, values, mask=None):
+        scores = self.scores(query, keys)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, NEG_INF)
+        w = torch.softmax(scores, dim=-1)  # NaN in a fully masked row ...
+        return (w @ values).nan_to_num(0.0), w.nan_to_num(0.0)  # ... multiplied into the context, cleaned after
+
+
 class _LinearWithBias(_Ref):
     def __init__(self, query_dim, key_dim, attn_dim):
         super().__init__(query_dim, key_dim, attn_dim)
@@ -337,6 +346,7 @@ MUTANTS = [
     Mutant("nan_fully_masked", "a fully masked row gave NaN: softmax over a row of -inf is 0/0; replace those rows with zeros (e.g. nan_to_num or torch.where).", _NanRows),
     Mutant("inplace_nan_fix", INPLACE_HINT, _InplaceNanFix),
     Mutant("additive_inf_bias", ADDITIVE_BIAS_HINT, _AdditiveInfBias),
+    Mutant("context_from_nan_weights", "the context was computed from weights that still hold NaN (a fully masked row) and cleaned afterwards: the forward is right, but NaN · 0 sends NaN back into dL/dvalues. Zero the weights of fully masked rows first (a new tensor: masked_fill, torch.where or nan_to_num), then compute weights @ values.", _ContextFromNanWeights),
     Mutant("linear_with_bias", BIAS_HINT, _LinearWithBias),
     Mutant("attribute_named_v", NAMES_HINT, _NamedV),
     Mutant("linear_in_out_swapped", SHAPES_HINT, _LinearInOutSwapped),

@@ -28,6 +28,7 @@ from typing import Callable
 
 import torch
 
+from .._i18n import say
 from .._clock import Deadline, DispatchMode, cpu_alarm  # noqa: F401
 from .._guard import ForbiddenCall, _learner_depth, learner_is_running, reference  # noqa: F401
 from ._adversarial import _DISABLED
@@ -233,7 +234,7 @@ def _run_check(exercise: Exercise, impl, seed: int | None, quiet: bool) -> int:
                 raise CheckFailure(_forbidden_message(exercise, err)) from None
     n = len(cases) + len(exercise.extra_checks)
     if not quiet:
-        print(f"✅ {exercise.name}: {n} visible cases passed. Grading runs more cases, on new random inputs.")
+        say(f"✅ {exercise.name}: {n} visible cases passed. Grading runs more cases, on new random inputs.")
         for tip in exercise.tips:
             try:
                 text = tip(impl)

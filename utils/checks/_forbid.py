@@ -10,8 +10,12 @@ aten = torch.ops.aten
 SOFTMAX = Forbidden(
     "torch.softmax / F.softmax / Tensor.softmax",
     (torch.softmax, torch.Tensor.softmax, F.softmax, torch.special.softmax, torch._softmax,
-     torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax, torch.special.log_softmax, F.softmin),
-    (aten._softmax, aten._log_softmax, aten._safe_softmax, aten.softmax, aten.log_softmax),
+     torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax, torch.special.log_softmax, F.softmin,
+     torch._masked_softmax),
+    # every softmax kernel of aten, the masked and sparse ones too (red team R2: torch._masked_softmax
+    # with an all-False mask is a softmax of its own)
+    (aten._softmax, aten._log_softmax, aten._safe_softmax, aten.softmax, aten.log_softmax,
+     aten._masked_softmax, aten._sparse_softmax, aten._sparse_log_softmax),
 )
 LOGSUMEXP = Forbidden(
     "torch.logsumexp / Tensor.logsumexp",
@@ -38,10 +42,14 @@ LAYERNORM = Forbidden(
 # Every path into the autograd engine (torch.autograd.grad, Tensor.backward, their aliases, and
 # functions imported before the check started) goes through Variable._execution_engine.
 AUTOGRAD = Forbidden(
-    "autograd (backward / torch.autograd.grad)",
+    "autograd (backward / torch.autograd.grad, or forward mode)",
     (torch.autograd.grad, torch.Tensor.backward,
      patched_entry(torch.autograd, "grad"), patched_entry(torch.autograd, "backward"),
-     patched_entry(torch.autograd.variable.Variable, "_execution_engine", proxy=True)),
+     patched_entry(torch.autograd.variable.Variable, "_execution_engine", proxy=True),
+     patched_entry(torch.autograd.forward_ad, "make_dual")),
+    # forward-mode AD (torch.autograd.forward_ad, torch.func.jvp / jacfwd) enters through
+    # aten::_make_dual, not the engine (red team R3)
+    (aten._make_dual,),
 )
 ATTENTION = (SOFTMAX, SDPA, MHA)
 SOFTMAX_BACKWARD = Forbidden(

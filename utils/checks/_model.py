@@ -50,7 +50,9 @@ class CheckFailure(AssertionError):
     """
 
     def _render_traceback_(self):
-        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+        from .._i18n import tr  # the learner's language, at display only: str(err) stays English
+
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {tr(str(self))}"]
 
 
 @dataclass

@@ -20,6 +20,7 @@ import hashlib
 import math
 import numbers
 
+from .._i18n import say
 from ._core import CheckFailure
 
 __all__ = ["check_choice", "check_number", "quiz_key", "seal_why"]
@@ -83,9 +84,21 @@ def open_why(why: str | None, answer, decimals: int | None = None, qid: str | No
     return data.decode(errors="replace")
 
 
+def _why_shown(why: str | None, answer, decimals: int | None, qid: str | None) -> str | None:
+    """The explanation in the learner's language: in the Chinese edition the Chinese one, sealed
+    with the same answer (``utils/data/whys_zh.json``, from ``i18n/zh/whys.po``); else ``why``."""
+    from .._i18n import language, sealed_why
+
+    if qid and language() != "en":
+        local = open_why(sealed_why(qid, language()), answer, decimals, qid=qid)
+        if local:
+            return local
+    return open_why(why, answer, decimals, qid=qid)
+
+
 def _verdict(right: bool, shown: str, why: str | None, hint: str | None) -> None:
     if right:
-        print(f"✅ Right: {shown}." + (f" {why}" if why else ""))
+        say(f"✅ Right: {shown}." + (f" {why}" if why else ""))
         return
     raise CheckFailure(
         f"Not quite: {shown} is not the answer." + (f" A hint: {hint}" if hint else " Think it through again.")
@@ -108,10 +121,10 @@ def check_choice(answer, choices: str = "abcd", key: str | None = None, why: str
         )
     letter = answer.strip().lower()
     if key is None:
-        print(f"Answer recorded: {letter!r} (graded when you submit).")
+        say(f"Answer recorded: {letter!r} (graded when you submit).")
         return
     right = quiz_key(letter, qid=qid) == key
-    _verdict(right, repr(letter), open_why(why, letter, qid=qid) if right else None, hint)
+    _verdict(right, repr(letter), _why_shown(why, letter, None, qid) if right else None, hint)
 
 
 def check_number(answer, key: str | None = None, decimals: int = 2, why: str | None = None,
@@ -129,7 +142,7 @@ def check_number(answer, key: str | None = None, decimals: int = 2, why: str | N
     if not math.isfinite(float(answer)):
         raise CheckFailure(f"The answer should be a finite number; got {answer!r}.")
     if key is None:
-        print(f"Answer recorded: {answer!r} (graded when you submit).")
+        say(f"Answer recorded: {answer!r} (graded when you submit).")
         return
     right = quiz_key(answer, decimals, qid=qid) == key
-    _verdict(right, f"{answer!r}", open_why(why, answer, decimals, qid=qid) if right else None, hint)
+    _verdict(right, f"{answer!r}", _why_shown(why, answer, decimals, qid) if right else None, hint)

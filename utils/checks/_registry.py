@@ -2,6 +2,7 @@
 import io
 import contextlib
 
+from .._i18n import say
 from ._core import CheckFailure, Exercise, make_check, run_check
 
 EXERCISES: dict = {}
@@ -37,7 +38,7 @@ def uses(*impls) -> None:
             detail = first[0] if first else "it fails its check"
             if len(first) > 1 and first[0].startswith(exercise.name):
                 detail = first[0][len(exercise.name) + 2:]
-            print(f"⚠️ this section uses your `{name}`, which does not pass its check yet ({detail}). "
+            say(f"⚠️ this section uses your `{name}`, which does not pass its check yet ({detail}). "
                   "What follows is computed with it and may be wrong: fix it and run this section again.")
         else:
-            print(f"✅ this section uses your `{name}`, which passes its check.")
+            say(f"✅ this section uses your `{name}`, which passes its check.")
