@@ -5,17 +5,35 @@ tools/build_site.py writes into build/site/src (stored outputs, never executed) 
 network: MathJax 2 is Debian's libjs-mathjax copied into _static, and no page loads a script,
 style sheet or font from another host (tests/test_site.py checks the built HTML and a browser run).
 """
+import logging
 import os
+import sys
+
+logging.getLogger("jieba").setLevel(logging.WARNING)  # no "Building prefix dict…" lines in the build's output
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext"))
 
 project = "Attention, from scratch and autograded"
 author = "The attention course"
 copyright = "the attention course's authors"
 html_title = "Attention, from scratch"
 
-extensions = ["myst_nb"]
-exclude_patterns = ["_build", "_release/**", "**.ipynb_checkpoints"]
+extensions = ["myst_nb", "course_site"]  # course_site: _ext/course_site.py (wrapped code lines, figure links)
+exclude_patterns = ["_build", "_release/**", "_extra/**", "_ext/**", "**.ipynb_checkpoints"]
+# The learner notebooks, copied next to their chapter pages (chapters/NN_name.ipynb) for download.
+html_extra_path = ["_extra"]
 master_doc = "index"
 language = "en"
+# The search: the pages mix English and Chinese. Sphinx's Chinese search segments Chinese text with
+# jieba (requirements.txt) and indexes English words with the Porter stemmer as the English search
+# does. `dict: ""`: jieba's own dictionary, not loaded a second time as a user dictionary (5 s).
+html_search_language = "zh"
+html_search_options = {"dict": ""}
+try:
+    import jieba  # noqa: F401  (without it Sphinx's zh search silently indexes no Chinese word)
+except ImportError as exc:
+    raise ImportError("the site's Chinese search needs jieba (requirements.txt): "
+                      ".venv/bin/pip install 'jieba>=0.42.1'") from exc
 
 # Stored outputs of the executed solution notebooks are the content: nothing is executed.
 nb_execution_mode = "off"
@@ -29,6 +47,7 @@ suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]
 html_css_files = ["course.css"]
+html_js_files = ["course.js"]  # foldable sections
 html_show_sourcelink = True
 html_copy_source = True
 html_last_updated_fmt = None
@@ -42,7 +61,10 @@ html_theme_options = {
     "use_fullscreen_button": False,
     "show_navbar_depth": 1,
     "navigation_with_keys": False,
-    "article_header_end": [],
+    # The button that opens the chapter's contents list where the window is too narrow to show it
+    # beside the text (below ~1,200 px); the theme's other header buttons (download, full screen,
+    # launch) stay off.
+    "article_header_end": ["toggle-secondary-sidebar.html"],
 }
 
 # MathJax 2 from the local copy (Debian's libjs-mathjax), configured for Sphinx's \( \) / \[ \] spans.

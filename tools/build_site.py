@@ -7,8 +7,15 @@
      answer cells, derivation answer cells) exactly as released, with its outputs cleared.
    A solution cell that is not an nbgrader cell but holds a solution or hidden-test block stops the
    build (it would leak). `%%needs` and `# NBVAL_IGNORE_OUTPUT` first lines are stripped for
-   reading. Widget views are dropped (their text form stays). Each chapter gets a line of links:
-   its release notebook (downloaded from the site), on the repository, in Colab.
+   reading. The set-up cell (cell id `setup`) is left out: the site is read, not run. Outputs are
+   the course's reference run, and the page says so at its top; what only makes sense live is
+   dropped: widgets (a tqdm bar's widget and its frozen "0%" text form, `interactive(...)` reprs),
+   tqdm's text bars, and the lines "✅ this section uses your X" (the reader wrote nothing). Each
+   figure gets an alt text (the figure's title in the cell's code, else the cell's first comment,
+   else the section's heading) and the class `course-figure` (site/_ext/course_site.py links it
+   to the full-size PNG). Each chapter starts with a box to run it: Colab (URL built from
+   pyproject.toml's repository address) and a download of the learner notebook, which the site
+   copies next to the page (chapters/NN_name.ipynb).
 2. The landing page: the README's introduction, the chapter table (titles from the notebooks) and
    how to run the course (the README's own sections, so the two never disagree).
 3. Sphinx (myst-nb, sphinx-book-theme) builds HTML with execution off, MathJax served locally.
@@ -28,6 +35,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from html import escape as html_escape
 from pathlib import Path
 
 import nbformat
@@ -40,6 +48,7 @@ MATHJAX_DIRS = [Path("/usr/share/javascript/mathjax"), Path("/usr/share/mathjax"
 SECRET_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 STRIP_FIRST_LINES = ("%%needs", "# NBVAL_IGNORE_OUTPUT")
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+SETUP_ID = "setup"  # the cell id of every chapter's set-up cell (tools/setup_cell.py)
 
 
 def repository_url() -> str | None:
@@ -91,17 +100,85 @@ def separate_display_math(source: str) -> str:
     return "\n".join(out)
 
 
+# A tqdm bar in text form: "training:  37%|███▋      | 74/200 [00:01<00:02, 61.2it/s]".
+TQDM_LINE = re.compile(r"\d+%\|[^|\n]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[")
+# Printed by the course's demo cells after the reader's function passed its check: on the site no
+# reader wrote anything (utils/ prints it; see tests/test_site.py, which counts them in the sources).
+YOURS_LINE = re.compile(r"^\s*✅ this section uses your\b")
+
+
+def clean_text(text: str) -> str:
+    lines = re.split(r"(?<=\n)", text)
+    kept = []
+    for line in lines:
+        last = line.split("\r")[-1]  # a carriage return overwrites the line on a terminal
+        if TQDM_LINE.search(line) or YOURS_LINE.match(last):
+            continue
+        kept.append(line)
+    return "".join(kept)
+
+
 def clean_outputs(outputs):
+    """The outputs of one demo cell as the site shows them (see the module's docstring)."""
     kept = []
     for out in outputs:
         out = copy.deepcopy(out)
         data = out.get("data")
         if data is not None and WIDGET_MIME in data:
-            del data[WIDGET_MIME]
-            if not data:
+            continue  # a widget: its text form is a frozen tqdm bar or `interactive(children=...)`
+        if out.get("output_type") == "stream":
+            out["text"] = clean_text(out["text"])
+            if not out["text"].strip():
+                continue
+        elif data is not None and set(data) == {"text/plain"}:
+            data["text/plain"] = clean_text(data["text/plain"])
+            if not data["text/plain"].strip():
                 continue
         kept.append(out)
     return kept
+
+
+FIGURE_TITLE = re.compile(r"""\b(?:suptitle|set_title|title)\s*[=(]\s*(f?)(["'])(.+?)\2""")
+
+
+def figure_alt(source: str, heading: str) -> str:
+    """An alt text for the figures a cell draws: the title its code gives the figure, else its first
+    comment, else the heading of its section."""
+    m = FIGURE_TITLE.search(source)
+    if m:
+        text = m.group(3)
+        if m.group(1):
+            text = re.sub(r"\{[^{}]*\}", "…", text)
+        return "Figure: " + text.replace("\\n", " ").strip()
+    for line in source.splitlines():
+        s = line.strip()
+        if s.startswith("#") and not s.startswith(("#!", "# NBVAL", "# noqa", "#%%")):
+            return "Figure: " + s.lstrip("# ").strip()
+    return f"Figure of the section “{heading}”" if heading else "Figure"
+
+
+def run_box(name: str, repo: str | None) -> str:
+    """The box under a chapter's title: run it, and where its outputs come from (raw HTML)."""
+    buttons = [f'<a class="run-button primary" href="{name}.ipynb" download>⬇ Download the notebook</a>']
+    colab_note = ""
+    if repo and repo.startswith("https://github.com/"):
+        path = f"notebooks/{name}/{name}.ipynb"
+        colab = f"https://colab.research.google.com/github/{repo.removeprefix('https://github.com/')}/blob/main/{path}"
+        buttons.append(f'<a class="run-button" href="{colab}">▶ Open in Colab</a>')
+        colab_note = (f' The Colab button opens <a href="{repo}/blob/main/{path}">the notebook at '
+                      f'{html_escape(repo)}</a>: it works once the course is published there.')
+    return "\n".join([
+        '<div class="run-chapter admonition note">',
+        '<p class="admonition-title">Run this chapter（运行本章）</p>',
+        '<div class="run-buttons">' + " ".join(buttons) + "</div>",
+        '<p>This page is for reading; to do the exercises, run the notebook in Jupyter (download it; '
+        'see <a href="../index.html#how-to-run-it">how to run it</a>) or in Colab.' + colab_note + "</p>",
+        "<p><strong>Every output on this page comes from the course's reference run</strong> (its "
+        "solution notebook, executed when the course was built), not from your code: where an output "
+        "says “your” or “yours”, it is the course's solution. The exercises, checks and self-check "
+        "questions are shown as learners get them, without their solutions.</p>",
+        "</div>",
+    ])
 
 
 def site_notebook(name: str, repo: str | None):
@@ -114,8 +191,15 @@ def site_notebook(name: str, repo: str | None):
     rel = nbformat.read(rel_path, as_version=4)
     released = {grade_id(c): c for c in rel.cells if grade_id(c)}
     cells, missing = [], []
+    heading = ""
     for cell in sol.cells:
         gid = grade_id(cell)
+        if cell.get("id") == SETUP_ID:
+            continue  # the set-up cell: the site is read, not run
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if re.match(r"#{1,4} ", line):
+                    heading = line.lstrip("#").strip()
         if gid:
             if gid not in released:
                 missing.append(gid)
@@ -138,25 +222,22 @@ def site_notebook(name: str, repo: str | None):
         if new.cell_type == "code":
             new.source = strip_markers(new.source)
             new.outputs = clean_outputs(new.outputs)
+            if any("image/png" in o.get("data", {}) for o in new.outputs):
+                new.metadata["mystnb"] = {"image": {"alt": figure_alt(new.source, heading),
+                                                    "classes": "course-figure"}}
         elif new.cell_type == "markdown":
             new.source = separate_display_math(new.source)
         cells.append(new)
     if missing:
         print(f"  warning: {name}: cells {missing} are not in the release (left out of the site); "
               f"regenerate it with `python -m grader release {name}`", file=sys.stderr)
-    links = [f"{{download}}`the notebook <../_release/{name}.ipynb>` (the learner's release)"]
-    if repo:
-        path = f"notebooks/{name}/{name}.ipynb"
-        links.append(f"[on the repository]({repo}/blob/main/{path})")
-        if repo.startswith("https://github.com/"):
-            links.append(f"[in Colab](https://colab.research.google.com/github/"
-                         f"{repo.removeprefix('https://github.com/')}/blob/main/{path})")
-    link_cell = nbformat.v4.new_markdown_cell(
-        "```{admonition} Run this chapter\n"
-        "Read it here; to do the exercises, open " + ", or ".join(links) + ". "
-        "The exercises, checks and self-check questions are shown as the learner gets them: "
-        "their solutions are not on this site.\n```")
-    cells.insert(1, link_cell)
+    # The box goes right under the chapter's title: the first cell is split after its `# ` line.
+    first = cells[0]
+    if first.cell_type == "markdown" and first.source.startswith("# ") and "\n" in first.source.strip():
+        title, rest = first.source.split("\n", 1)
+        first.source = title
+        cells.insert(1, nbformat.v4.new_markdown_cell(rest.strip("\n"), id="site-intro"))
+    cells.insert(1, nbformat.v4.new_markdown_cell(run_box(name, repo), id="site-run"))
     nb = nbformat.v4.new_notebook()
     nb.metadata = {k: v for k, v in sol.metadata.items() if k in ("kernelspec", "language_info")}
     nb.cells = cells
@@ -280,17 +361,18 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     shutil.rmtree(out, ignore_errors=True)
     (src / "chapters").mkdir(parents=True)
-    (src / "_release").mkdir()
+    (src / "_extra" / "chapters").mkdir(parents=True)
     repo = repository_url()
     titles = {}
     for name in chapters():
         nb, rel_path = site_notebook(name, repo)
         nbformat.write(nb, src / "chapters" / f"{name}.ipynb")
-        shutil.copy2(rel_path, src / "_release" / f"{name}.ipynb")
+        shutil.copy2(rel_path, src / "_extra" / "chapters" / f"{name}.ipynb")  # next to its page
         titles[name] = title_of(nb)
     (src / "index.md").write_text(landing_page(titles, repo))
     shutil.copy2(SITE_CONF / "conf.py", src / "conf.py")
     shutil.copytree(SITE_CONF / "_static", src / "_static")
+    shutil.copytree(SITE_CONF / "_ext", src / "_ext", ignore=shutil.ignore_patterns("__pycache__"))
     times["preprocess (16 site notebooks, landing page)"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     mj = copy_mathjax(src / "_static")

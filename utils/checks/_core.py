@@ -86,8 +86,8 @@ def _forbidden_message(exercise: Exercise, err: ForbiddenCall) -> str:
             "yourself, so a call to the reference scores zero."
         )
     return (
-        f"{exercise.name} calls {err.label} (seen: {err.func_name}). This exercise re-implements it "
-        "from scratch, so calling it scores zero: write the computation yourself."
+        f"{exercise.name} calls {err.label} (seen: {err.func_name}), which this exercise's rules forbid: "
+        "a call to it scores zero, so write that computation yourself."
     )
 
 

@@ -730,7 +730,17 @@ def output_clues(exercise, cases: list, outputs: list, expected: list, failed: l
                 f"({', '.join(sorted(grads))}): something between the inputs and the outputs is invisible to "
                 "autograd or changed in place (.detach(), .data, .item(), numpy, torch.tensor(...) of a result, "
                 "an in-place op).")
-        if zero:
+        nan = sorted(p for i in failed if isinstance(outputs[i], dict)
+                     for p, v in outputs[i].items() if p in grads and isinstance(v, torch.Tensor)
+                     and v.is_floating_point() and bool(torch.isnan(v).any()))
+        if nan:  # not invisible to autograd: a step whose derivative is NaN at these inputs
+            line = (f"your forward outputs are right in every failing case; only the gradients differ, and "
+                    f"{', '.join(nan[:3])} {'has' if len(nan) == 1 else 'have'} NaN: some step's derivative is NaN or "
+                    "infinite at these inputs even where its value is fine (exp of a masked -inf minus -inf, "
+                    "sqrt or log at 0, a torch.where whose unused branch is NaN: autograd multiplies that "
+                    "derivative by 0 and still gets NaN). Keep such values out of the computation rather than "
+                    "masking them afterwards.")
+        elif zero:
             line += f" {', '.join(zero[:3])} {'is' if len(zero) == 1 else 'are'} zero everywhere."
         lines.insert(0, line[0].upper() + line[1:])
     else:  # several outputs: say which are right (gradients aside)
