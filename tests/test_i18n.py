@@ -333,3 +333,40 @@ def test_self_check_questions_speak_chinese_and_give_nothing_away(monkeypatch, c
         assert "还不对：" in rendered, rendered
         if q["hint"] in hints:
             assert hints[q["hint"]] in rendered, rendered
+
+
+def test_the_guards_verdict_on_a_changed_input_speaks_chinese(monkeypatch):
+    """Issue 24's rule 'inputs are never modified', as a Chinese learner reads it: the message the
+    core writes for a tensor and for a list changed in place, with no English sentence left."""
+    import re as _re
+
+    import torch
+
+    from utils import _i18n
+    from utils.checks import _guards
+
+    monkeypatch.setenv("COURSE_LANG", "zh")
+    x = torch.zeros(3, 5)
+    cases = [("x", x, x + 1), ("sizes", [1, 2, 3], [3, 2, 1]), ("sizes", [1, 2], [1, 2, 3]), ("x", x, x[None])]
+    for arg, before, after in cases:
+        en = (f"softmax {_guards.INPLACE.format(name=arg)}: {_guards._how_changed(arg, before, after)}. Inputs are "
+              f"never modified: the caller's {arg} must be left as it was (build a new tensor or list instead).")
+        zh = _i18n.tr(en)
+        words = _re.sub(r"`[^`]*`|\([^()]*\)|[\w.]+\([^()]*\)|[\w.]+_\b", "", zh)
+        assert not _re.search(r"\b(?:changed|values|never|caller|build|items|length|shape)\b", words), zh
+        assert "输入永远不能被修改" in zh and arg in zh, zh
+
+
+def test_a_failing_checks_first_case_is_labelled_in_chinese(monkeypatch):
+    """Issue 28 §4: the label of the first failing case, as the learner reads it, in Chinese for every
+    label the catalogue translates (the arguments after it are shapes and code: unchanged)."""
+    from utils import _i18n
+
+    table = json.loads(i18n.CASES_JSON.read_text(encoding="utf-8"))
+    assert table, "no case label is translated"
+    monkeypatch.setenv("COURSE_LANG", "zh")
+    for en, zh in table.items():
+        line = _i18n.tr(f"softmax: 1 of 9 cases failed.\nFirst failing case: {en}: x (3, 5), dim=-1").split("\n")[1]
+        assert line == f"第一个失败的用例：{zh}：x (3, 5), dim=-1", line
+    monkeypatch.setenv("COURSE_LANG", "en")
+    assert _i18n.tr(f"First failing case: {next(iter(table))}: x") == f"First failing case: {next(iter(table))}: x"

@@ -105,12 +105,14 @@ def _plain(text: str) -> str:
 def _secrets():
     """(kind, chapter, text) of every non-trivial secret line, and the public corpus."""
     secrets, public, own = [], [], {}
-    for name in CHAPTERS:
-        sol = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
-        rel_path = ROOT / "notebooks" / name / f"{name}.ipynb"
+    # Both editions (issue 28 §7): the Chinese instructor notebooks hold the model answers in Chinese.
+    for name, sol_path, rel_path in [(n, ROOT / d / n / f"{n}.ipynb", ROOT / r / n / f"{n}.ipynb")
+                                     for d, r in (("solutions", "notebooks"), ("i18n/zh/solutions", "notebooks/zh"))
+                                     for n in CHAPTERS]:
+        sol = nbformat.read(sol_path, as_version=4)
         if rel_path.exists():
             public += [c.source for c in nbformat.read(rel_path, as_version=4).cells]
-            own[name] = _ws("\n".join(c.source for c in nbformat.read(rel_path, as_version=4).cells))
+            own[name] = own.get(name, "") + _ws("\n".join(c.source for c in nbformat.read(rel_path, as_version=4).cells))
         for cell in sol.cells:
             meta = cell.metadata.get("nbgrader") or {}
             if not meta.get("grade_id"):
@@ -458,7 +460,7 @@ SEARCH_SCRIPT = r"""
 (async () => {
   for (let i = 0; i < 300; i++) {
     const s = document.querySelector('#search-results .search-summary');
-    if (s && s.textContent.trim() && !/Preparing/.test(s.textContent)) break;
+    if (s && s.textContent.trim() && !/Preparing|准备/.test(s.textContent)) break;
     await new Promise(r => setTimeout(r, 100));
   }
   const s = document.querySelector('#search-results .search-summary');
@@ -510,6 +512,10 @@ def browser_report(site):
                        if p.relative_to(html).parts[0] not in ("_static", "_sources", "_downloads"))
         only = [x for x in os.environ.get("SITE_PAGES", "").split(",") if x]  # for debugging
         pages = [p for p in pages if not only or p in only]
+        # The Chinese edition: its landing page, search page and chapter 03 go through every check of
+        # a page (the other 15 chapters are the English pages' twins: same code, same outputs).
+        pages = [p for p in pages if not p.startswith("zh/") or p in ("zh/index.html", "zh/search.html")
+                 or p.startswith("zh/chapters/03_")]
         SHOTS.mkdir(parents=True, exist_ok=True)
         t_pages = time.perf_counter()
         for rel in pages:
@@ -680,6 +686,26 @@ def _read_as_a_reader(cdp, base, html, pages, report):
         report["search"][query] = _evaluate(cdp, SEARCH_SCRIPT)
         if query == "掩码":
             report["shots"].append(_shot(cdp, f"search_{NARROW}.png"))
+    # The Chinese edition (issue 28 §7): the switcher in the header, clicked as a reader would, at
+    # both widths, to the English chapter and back; the Chinese site's own search.
+    zh = report["zh"] = {"switch": {}, "search": {}}
+    for width in (WIDE, NARROW):
+        _open(cdp, base + "zh/" + ch03, width)
+        if width == NARROW:
+            report["shots"].append(_shot(cdp, f"zh_chapter_03_{NARROW}.png"))
+        seen = zh["switch"][str(width)] = {"label": _evaluate(cdp, "(document.querySelector('a.lang-switch') || {}).textContent || null")}
+        cdp.events.clear()
+        seen["visible"] = bool(_click(cdp, "a.lang-switch"))
+        if seen["visible"]:
+            cdp.wait_event("Page.loadEventFired")
+        seen["landed"] = _evaluate(cdp, "location.pathname")
+        cdp.events.clear()
+        if _click(cdp, "a.lang-switch"):
+            cdp.wait_event("Page.loadEventFired")
+        seen["back"] = _evaluate(cdp, "location.pathname")
+    _open(cdp, base + "zh/search.html?q=" + urllib.parse.quote("注意力"), WIDE)
+    zh["search"] = _evaluate(cdp, SEARCH_SCRIPT)
+    report["shots"].append(_shot(cdp, f"zh_search_{WIDE}.png"))
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -756,7 +782,7 @@ def test_internal_links_resolve(browser_report):
 
 def test_screenshots_written(browser_report):
     shots = browser_report["shots"]
-    assert len(shots) == 12, shots  # the landing page, chapter 03 at both widths, its drawers, the search
+    assert len(shots) == 14, shots  # the landing page, chapter 03 at both widths, its drawers, the search; zh: chapter 03 (400 px), search
     for s in shots:
         assert s.stat().st_size > 10_000, f"{s} looks empty"
 
@@ -824,9 +850,9 @@ def test_sections_fold(browser_report):
     assert abs(fold["unfolded"] - fold["height"]) < 50, fold
 
 
-def _site_text(site, name) -> str:
+def _site_text(site, name, lang="en") -> str:
     """What the search indexes of one chapter: its site notebook's sources and text outputs."""
-    nb = nbformat.read(site / "src" / "chapters" / f"{name}.ipynb", as_version=4)
+    nb = nbformat.read(site / ("src" if lang == "en" else f"src-{lang}") / "chapters" / f"{name}.ipynb", as_version=4)
     parts = []
     for c in nb.cells:
         parts.append(c.source)
@@ -850,3 +876,55 @@ def test_search_finds_chinese_and_english_words(browser_report, site):
     assert len(want["掩码"]) >= 4 and len(want["梯度"]) >= 12, want
     for q in want:
         assert found[q] == want[q], f"{q!r}: found {sorted(found[q])}, the sources have it in {sorted(want[q])}"
+
+
+# ------------------------------------------------------------------------ the Chinese edition
+ALTERNATE = re.compile(r'<link rel="alternate" hreflang="(\w+)" href="([^"]+)" title="([^"]+)" data-course-switch="1">')
+
+
+def test_both_editions_have_every_page_and_each_links_its_twin(site):
+    """Issue 28 §7: the site in both languages, the Chinese one (html/zh/) from the Chinese edition's
+    notebooks; every page of either names its twin in the other (the switcher's link), and the
+    twin links back."""
+    html = site / "html"
+    pages = [p for p in html.rglob("*.html") if p.relative_to(html).parts[0] not in ("_static", "_sources", "_downloads")
+             and not (len(p.relative_to(html).parts) > 1 and p.relative_to(html).parts[:2] in
+                      (("zh", "_static"), ("zh", "_sources"), ("zh", "_downloads")))]
+    zh = [p for p in pages if p.relative_to(html).parts[0] == "zh"]
+    en = [p for p in pages if p not in zh]
+    assert len(zh) == len(en) >= 16 + 3, (len(zh), len(en))
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        links = ALTERNATE.findall(text)
+        assert len(links) == 1, f"{page.relative_to(html)}: {links}"
+        lang, href, label = links[0]
+        mine = "zh" if page in zh else "en"
+        assert lang != mine and label == ("English" if lang == "en" else "中文"), (page, links)
+        assert f'<html lang="{"zh-CN" if mine == "zh" else "en"}"' in text, page
+        twin = (page.parent / href).resolve()
+        assert twin.exists(), f"{page.relative_to(html)}: its twin {href} does not exist"
+        back = ALTERNATE.findall(twin.read_text(encoding="utf-8"))[0][1]
+        assert (twin.parent / back).resolve() == page.resolve(), (page, twin, back)
+    for name in CHAPTERS:
+        page = (html / "zh" / "chapters" / f"{name}.html").read_text(encoding="utf-8")
+        title = re.search(r"<h1>(.*?)<", page).group(1)
+        assert CJK.search(title.split("（")[0]), f"{name}: the Chinese page's title is {title!r}"
+        assert (html / "zh" / "chapters" / f"{name}.ipynb").exists(), "the Chinese learner notebook beside its page"
+        nb = json.loads((html / "zh" / "chapters" / f"{name}.ipynb").read_text(encoding="utf-8"))
+        assert 'COURSE_LANG", "zh"' in "".join(nb["cells"][1]["source"] if nb["cells"][1].get("id") == "setup"
+                                                  else next(c["source"] for c in nb["cells"] if c.get("id") == "setup")), name
+
+
+def test_the_switcher_and_chinese_search_in_a_browser(browser_report, site):
+    """Issue 28 §7, browser-tested: the switcher in the header of a Chinese chapter, at both widths,
+    leads to the same chapter in English and back; the Chinese site's search finds a Chinese word
+    in every chapter whose Chinese text has it."""
+    zh = browser_report["zh"]
+    for width in (WIDE, NARROW):
+        seen = zh["switch"][str(width)]
+        assert seen["visible"], f"no visible switcher at {width} px: {seen}"
+        assert seen["landed"].endswith("/chapters/03_scaled_dot_product_attention.html") and "/zh/" not in seen["landed"], seen
+        assert seen["back"].endswith("/zh/chapters/03_scaled_dot_product_attention.html"), seen
+    found = {p.removeprefix("chapters/").removesuffix(".html") for p in zh["search"]["pages"] if p.startswith("chapters/")}
+    want = {n for n in CHAPTERS if "注意力" in _site_text(site, n, "zh")}
+    assert len(want) == 16 and found == want, (sorted(found), sorted(want))

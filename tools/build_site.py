@@ -51,6 +51,18 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 SETUP_ID = "setup"  # the cell id of every chapter's set-up cell (tools/setup_cell.py)
 
 
+# The two editions (issue 28 §7): the English site at html/, the Chinese one at html/zh/, each page
+# linked to its twin (site/_ext/course_site.py: <link rel="alternate" hreflang>, course.js: the
+# switcher in every page's header). The Chinese pages come from the Chinese edition's notebooks,
+# generated from the same source by `make release` (tools/i18n.py): same code, same outputs.
+EDITIONS = {
+    "en": {"solutions": ROOT / "solutions", "release": ROOT / "notebooks", "readme": ROOT / "README.md",
+           "sphinx_language": "en", "html": ""},
+    "zh": {"solutions": ROOT / "i18n" / "zh" / "solutions", "release": ROOT / "notebooks" / "zh",
+           "readme": ROOT / "README.zh.md", "sphinx_language": "zh_CN", "html": "zh"},
+}
+
+
 def repository_url() -> str | None:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     urls = data.get("project", {}).get("urls", {})
@@ -157,16 +169,32 @@ def figure_alt(source: str, heading: str) -> str:
     return f"Figure of the section “{heading}”" if heading else "Figure"
 
 
-def run_box(name: str, repo: str | None) -> str:
+def run_box(name: str, repo: str | None, lang: str = "en") -> str:
     """The box under a chapter's title: run it, and where its outputs come from (raw HTML)."""
-    buttons = [f'<a class="run-button primary" href="{name}.ipynb" download>⬇ Download the notebook</a>']
+    zh = lang == "zh"
+    download = "⬇ 下载笔记本" if zh else "⬇ Download the notebook"
+    buttons = [f'<a class="run-button primary" href="{name}.ipynb" download>{download}</a>']
     colab_note = ""
     if repo and repo.startswith("https://github.com/"):
-        path = f"notebooks/{name}/{name}.ipynb"
+        path = f"notebooks/{'zh/' if zh else ''}{name}/{name}.ipynb"
         colab = f"https://colab.research.google.com/github/{repo.removeprefix('https://github.com/')}/blob/main/{path}"
-        buttons.append(f'<a class="run-button" href="{colab}">▶ Open in Colab</a>')
-        colab_note = (f' The Colab button opens <a href="{repo}/blob/main/{path}">the notebook at '
+        buttons.append(f'<a class="run-button" href="{colab}">▶ {"在 Colab 中打开" if zh else "Open in Colab"}</a>')
+        colab_note = (f' Colab 按钮打开的是<a href="{repo}/blob/main/{path}">位于 {html_escape(repo)} 的笔记本</a>：'
+                      '课程在那里发布之后它才能用。' if zh else
+                      f' The Colab button opens <a href="{repo}/blob/main/{path}">the notebook at '
                       f'{html_escape(repo)}</a>: it works once the course is published there.')
+    if zh:
+        return "\n".join([
+            '<div class="run-chapter admonition note">',
+            '<p class="admonition-title">运行本章（Run this chapter）</p>',
+            '<div class="run-buttons">' + " ".join(buttons) + "</div>",
+            '<p>这个页面供阅读；要做练习，请在 Jupyter 中运行笔记本（下载它；见首页的<a href="../index.html">如何运行</a>），'
+            '或者在 Colab 中运行。' + colab_note + "</p>",
+            "<p><strong>本页的每一个输出都来自课程的参考运行</strong>（它的解答笔记本，在构建课程时执行），"
+            "而不是来自你的代码：输出中说“your”或“yours”的地方，指的是课程的解答。练习、检查和自测题"
+            "按学习者拿到的样子展示，不带解答。</p>",
+            "</div>",
+        ])
     return "\n".join([
         '<div class="run-chapter admonition note">',
         '<p class="admonition-title">Run this chapter（运行本章）</p>',
@@ -181,10 +209,11 @@ def run_box(name: str, repo: str | None) -> str:
     ])
 
 
-def site_notebook(name: str, repo: str | None):
-    """The site notebook of one chapter (see the module's docstring)."""
-    sol = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
-    rel_path = ROOT / "notebooks" / name / f"{name}.ipynb"
+def site_notebook(name: str, repo: str | None, lang: str = "en"):
+    """The site notebook of one chapter (see the module's docstring), in edition ``lang``."""
+    ed = EDITIONS[lang]
+    sol = nbformat.read(ed["solutions"] / name / f"{name}.ipynb", as_version=4)
+    rel_path = ed["release"] / name / f"{name}.ipynb"
     if not rel_path.exists():
         raise SystemExit(f"{rel_path} is missing: the site shows exercises from the learner release "
                          f"(python -m grader release {name})")
@@ -237,7 +266,7 @@ def site_notebook(name: str, repo: str | None):
         title, rest = first.source.split("\n", 1)
         first.source = title
         cells.insert(1, nbformat.v4.new_markdown_cell(rest.strip("\n"), id="site-intro"))
-    cells.insert(1, nbformat.v4.new_markdown_cell(run_box(name, repo), id="site-run"))
+    cells.insert(1, nbformat.v4.new_markdown_cell(run_box(name, repo, lang), id="site-run"))
     nb = nbformat.v4.new_notebook()
     nb.metadata = {k: v for k, v in sol.metadata.items() if k in ("kernelspec", "language_info")}
     nb.cells = cells
@@ -259,9 +288,10 @@ def title_of(nb) -> str:
     return "?"
 
 
-def readme_sections(repo: str | None) -> dict[str, str]:
-    """The README split by `## ` headings ('' is the introduction), relative links made absolute."""
-    text = (ROOT / "README.md").read_text()
+def readme_sections(repo: str | None, lang: str = "en") -> dict[str, str]:
+    """The README (README.zh.md for the Chinese edition) split by `## ` headings ('' is the
+    introduction), relative links made absolute."""
+    text = EDITIONS[lang]["readme"].read_text(encoding="utf-8")
     parts, key = {"": []}, ""
     for line in text.splitlines():
         if line.startswith("# ") and key == "":
@@ -288,6 +318,45 @@ def what_you_build(readme_text: str) -> dict[str, str]:
         if m:
             rows[m.group(1)] = m.group(2).strip()
     return rows
+
+
+def landing_page_zh(titles: dict[str, str], repo: str | None) -> str:
+    """The Chinese edition's landing page, from README.zh.md as the English one is from README.md."""
+    sec = readme_sections(repo, "zh")
+    build = what_you_build(sec.get("各章内容", ""))
+    rows = "\n".join(f"| {name[:2]} | [{titles[name]}](chapters/{name}.ipynb) | {build.get(name[:2], '')} |"
+                     for name in titles)
+    out = [
+        "# 从零实现注意力机制，并自动评分（Attention, from scratch and autograded）",
+        "",
+        sec.get("", ""),
+        "",
+        "## 各章（The chapters）",
+        "",
+        "每一章都是一个笔记本：动机、数学（含要你写出的推导）、每个练习下面都有检查、可视化、测量和自测。"
+        "在这个网站上，你读到的是课程的解答运行之后留下的样子：图、表和打印出的测量结果；练习、检查和自测题"
+        "按学习者拿到的样子展示，不带解答。",
+        "",
+        "| # | 章节 | 你要实现的 |",
+        "|---|---|---|",
+        rows,
+        "",
+        "## 如何运行（How to run it）",
+        "",
+        "### 本地（Locally）",
+        "",
+        sec.get("两条命令", ""),
+        "",
+        "### 不用仓库获取课程",
+        "",
+        sec.get("不用仓库获取课程", ""),
+        "",
+        f"仓库：<{repo}>。" if repo else "",
+        "",
+        "```{toctree}", ":hidden:", ":maxdepth: 1", ":caption: 章节", "",
+        *[f"chapters/{name}" for name in titles], "```", "",
+    ]
+    return "\n".join(out)
 
 
 def landing_page(titles: dict[str, str], repo: str | None) -> str:
@@ -360,31 +429,37 @@ def main(argv=None) -> int:
     times = {}
     t0 = time.perf_counter()
     shutil.rmtree(out, ignore_errors=True)
-    (src / "chapters").mkdir(parents=True)
-    (src / "_extra" / "chapters").mkdir(parents=True)
     repo = repository_url()
-    titles = {}
-    for name in chapters():
-        nb, rel_path = site_notebook(name, repo)
-        nbformat.write(nb, src / "chapters" / f"{name}.ipynb")
-        shutil.copy2(rel_path, src / "_extra" / "chapters" / f"{name}.ipynb")  # next to its page
-        titles[name] = title_of(nb)
-    (src / "index.md").write_text(landing_page(titles, repo))
-    shutil.copy2(SITE_CONF / "conf.py", src / "conf.py")
-    shutil.copytree(SITE_CONF / "_static", src / "_static")
-    shutil.copytree(SITE_CONF / "_ext", src / "_ext", ignore=shutil.ignore_patterns("__pycache__"))
-    times["preprocess (16 site notebooks, landing page)"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    mj = copy_mathjax(src / "_static")
-    times[f"copy MathJax 2 from {mj}"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", str(args.jobs), "-d",
-           str(out / "doctrees"), str(src), str(html)]
-    res = subprocess.run(cmd, cwd=out)
-    times["sphinx-build (read + write HTML)"] = time.perf_counter() - t2
-    if res.returncode:
-        print("sphinx-build failed", file=sys.stderr)
-        return res.returncode
+    for lang, ed in EDITIONS.items():
+        t_ed = time.perf_counter()
+        esrc = src if lang == "en" else out / f"src-{lang}"
+        ehtml = html / ed["html"] if ed["html"] else html
+        (esrc / "chapters").mkdir(parents=True)
+        (esrc / "_extra" / "chapters").mkdir(parents=True)
+        titles = {}
+        for name in chapters():
+            nb, rel_path = site_notebook(name, repo, lang)
+            nbformat.write(nb, esrc / "chapters" / f"{name}.ipynb")
+            shutil.copy2(rel_path, esrc / "_extra" / "chapters" / f"{name}.ipynb")  # next to its page
+            titles[name] = title_of(nb)
+        (esrc / "index.md").write_text(landing_page(titles, repo) if lang == "en" else landing_page_zh(titles, repo),
+                                       encoding="utf-8")
+        shutil.copy2(SITE_CONF / "conf.py", esrc / "conf.py")
+        shutil.copytree(SITE_CONF / "_static", esrc / "_static")
+        shutil.copytree(SITE_CONF / "_ext", esrc / "_ext", ignore=shutil.ignore_patterns("__pycache__"))
+        times[f"{lang}: preprocess (16 site notebooks, landing page)"] = time.perf_counter() - t_ed
+        t1 = time.perf_counter()
+        mj = copy_mathjax(esrc / "_static")
+        times[f"{lang}: copy MathJax 2 from {mj}"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", str(args.jobs),
+               "-D", f"language={ed['sphinx_language']}", "-A", f"course_lang={lang}",
+               "-d", str(out / f"doctrees-{lang}"), str(esrc), str(ehtml)]
+        res = subprocess.run(cmd, cwd=out)
+        times[f"{lang}: sphinx-build (read + write HTML)"] = time.perf_counter() - t2
+        if res.returncode:
+            print(f"sphinx-build failed ({lang})", file=sys.stderr)
+            return res.returncode
     (out / "timings.json").write_text(json.dumps(times, indent=1))
     total = time.perf_counter() - t0
     for k, v in times.items():

@@ -195,6 +195,48 @@ def all_hints() -> list[tuple[str, str]]:
     return out
 
 
+CASES_CATALOGUE = "cases"  # the checks' case labels, as "First failing case: <label>: <arguments>" shows them
+CASES_JSON = ROOT / "utils" / "data" / f"cases_{LANG}.json"  # English label -> Chinese, read by utils._i18n
+
+
+def all_case_labels() -> list[str]:
+    """The descriptive part of every check's case labels (before the first ": ", which starts the
+    arguments' shapes), in registry order, each once: those that are the same for two seeds (a label
+    that names a random number is left out, and shown in English)."""
+    sys.path.insert(0, str(ROOT))
+    from utils.checks import EXERCISES
+
+    def labels(seed):
+        out = []
+        for ex in EXERCISES.values():
+            out += [c.label.split(": ")[0] for c in ex.make_cases(seed)]
+        return out
+
+    stable = set(labels(1))
+    seen, out = set(), []
+    for label in labels(0):
+        if label in stable and label not in seen and label.strip():
+            seen.add(label)
+            out.append(label)
+    return out
+
+
+def cases_table() -> dict:
+    if not po_path(CASES_CATALOGUE).exists():
+        return {}
+    cat = entries(read_catalogue(CASES_CATALOGUE))
+    out = {}
+    for cid, en in _cells_of(CASES_CATALOGUE):
+        m = cat.get(cid)
+        if m is not None and m.id == en and m.string.strip() and "fuzzy" not in m.flags:
+            out[en] = m.string
+    return out
+
+
+def cases_json() -> str:
+    return json.dumps(cases_table(), ensure_ascii=False, indent=0, sort_keys=True) + "\n"
+
+
 WHYS_CATALOGUE = "whys"  # the self-check questions' explanations (shown with a right answer only)
 WHYS_JSON = ROOT / "utils" / "data" / f"whys_{LANG}.json"  # qid -> the Chinese, sealed with the right answer
 
@@ -257,6 +299,8 @@ def _cells_of(chapter: str) -> list[tuple[str, str]]:
         return [(f"rule-{digest(line)}", line) for line in all_rules_lines()]
     if chapter == MESSAGES_CATALOGUE:
         return [(f"hint-{digest(h)}", h) for _, h in all_hints()]
+    if chapter == CASES_CATALOGUE:
+        return [(f"case-{digest(label)}", label) for label in all_case_labels()]
     if chapter == WHYS_CATALOGUE:
         return [(f"why-{q['qid']}", q["why"]) for q in all_quizzes() if q["why"]]
     return english_cells(chapter)
@@ -284,7 +328,8 @@ def messages_problems() -> list[str]:
     yet is shown in English, and counted by ``status``); and the run-time tables as the generator
     writes them."""
     out = []
-    for name, path, fresh in ((MESSAGES_CATALOGUE, MESSAGES_JSON, messages_json), (WHYS_CATALOGUE, WHYS_JSON, whys_json)):
+    for name, path, fresh in ((MESSAGES_CATALOGUE, MESSAGES_JSON, messages_json), (WHYS_CATALOGUE, WHYS_JSON, whys_json),
+                              (CASES_CATALOGUE, CASES_JSON, cases_json)):
         if not po_path(name).exists():
             continue
         cat = entries(read_catalogue(name))
@@ -550,6 +595,9 @@ def build(quiet: bool = False) -> list[Path]:
     if po_path(WHYS_CATALOGUE).exists():
         WHYS_JSON.write_text(whys_json(), encoding="utf-8")
         done.append(WHYS_JSON)
+    if po_path(CASES_CATALOGUE).exists():
+        CASES_JSON.write_text(cases_json(), encoding="utf-8")
+        done.append(CASES_JSON)
     names = translated_chapters()
     for ch in names:
         path = ZH_SOLUTIONS / ch / f"{ch}.ipynb"
@@ -648,6 +696,8 @@ def main(argv=None) -> int:
             print(f"checks' named mistakes and questions' hints: {len(messages_table())}/{len(all_hints())} translated")
         if po_path(WHYS_CATALOGUE).exists():
             print(f"questions' explanations: {len(whys_table())}/{sum(1 for q in all_quizzes() if q['why'])} translated")
+        if po_path(CASES_CATALOGUE).exists():
+            print(f"checks' case labels: {len(cases_table())}/{len(all_case_labels())} translated")
         for ch in chapters():
             if po_path(ch).exists():
                 cat = entries(read_catalogue(ch))

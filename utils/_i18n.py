@@ -77,6 +77,24 @@ _INLINE = [(re.compile(p), r) for p, r in [
      r"  \g<what> 在应当是数的地方出现了 NaN，或在应当是 NaN 的地方出现了数（\g<k> 个值），第一个位于下标 \g<i>：期望 \g<x>，得到 \g<g>。"),
     (r"largest error (?P<e>\S+) at index (?P<i>\([^)]*\)): expected (?P<x>\S+), got (?P<g>[^,;]+)",
      r"最大误差 \g<e>，位于下标 \g<i>：期望 \g<x>，得到 \g<g>"),
+    # the guards' verdict on an input changed in place (utils/checks/_guards.py)
+    (r"\bchanged its input (?P<a>[\w.\[\]]+) in place: ", r"原地修改了它的输入 \g<a>："),
+    (r"\bchanged its input (?P<a>[\w.\[\]]+) in place\b", r"原地修改了它的输入 \g<a>"),
+    (r"\bits shape went from (?P<b>\([^)]*\)) to (?P<c>\([^)]*\)) \(an in-place reshape such as ", r"它的形状从 \g<b> 变成了 \g<c>（原地改变形状的操作，例如 "),
+    (r"\bits dtype went from (?P<b>\S+) to (?P<c>\S+?)(?=[.;]|$)", r"它的 dtype 从 \g<b> 变成了 \g<c>"),
+    (r"\b(?P<k>\d+) of its (?P<n>\d+) values changed \(", r"它的 \g<n> 个值中有 \g<k> 个被改变了（"),
+    (r"\bor an op with inplace=True\)", r"或带 inplace=True 的操作）"),
+    (r"\bits length went from (?P<b>\d+) to (?P<c>\d+) \(append, pop, extend on the caller's list\)",
+     r"它的长度从 \g<b> 变成了 \g<c>（对调用者的列表做了 append、pop 或 extend）"),
+    (r"\bits items changed or were reordered \(list\.reverse\(\), list\.sort\(\), item assignment on the caller's list\)",
+     r"它的元素被改动或重新排序了（list.reverse()、list.sort()，或对调用者的列表按下标赋值）"),
+    (r" ?\(list\.reverse\(\), list\.sort\(\), item assignment on the caller's list\)",
+     r"（list.reverse()、list.sort()，或对调用者的列表按下标赋值）"),
+    (r"\bits entries changed \(assignment, pop or update on the caller's dict\)", r"它的条目变了（对调用者的字典做了赋值、pop 或 update）"),
+    (r"\. Inputs are never modified: the caller's (?P<a>[\w.\[\]]+) must be left as it was \(build a new tensor or list instead\)\.",
+     r"。输入永远不能被修改：调用者的 \g<a> 必须保持原样（请新建一个张量或列表）。"),
+    (r"\bits strides or storage offset changed \(an in-place view op such as ", r"它的步长或存储偏移变了（原地的视图操作，例如 "),
+    (r"\)\. Inputs are never modified\.", r"）。输入永远不能被修改。"),
     (r"\btolerance\b", "容差"),
     (r" Likely mistake: ", " 可能的错误："),
 ]]
@@ -130,11 +148,30 @@ def sealed_why(qid: str, lang: str = "zh") -> str | None:
     return _WHYS[lang].get(qid)
 
 
+_CASES: dict | None = None
+FIRST_CASE = "First failing case: "
+
+
+def _case_label(line: str) -> str:
+    """"First failing case: <label>: <arguments>" with the label in Chinese, when the catalogue has
+    it (``utils/data/cases_zh.json``, from ``i18n/zh/cases.po``)."""
+    global _CASES
+    if _CASES is None:
+        import json
+        from pathlib import Path
+
+        path = Path(__file__).parent / "data" / "cases_zh.json"
+        _CASES = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    label, sep, rest = line[len(FIRST_CASE):].partition(": ")
+    zh = _CASES.get(label)
+    return f"{FIRST_CASE}{zh}{'：' if sep else ''}{rest}" if zh else line
+
+
 def tr(text: str, lang: str | None = None) -> str:
     """``text`` in ``lang``, by default the learner's language (unchanged in English)."""
     if (lang or language()) != "zh" or not text:
         return text
-    text = str(text)
+    text = "\n".join(_case_label(line) if line.startswith(FIRST_CASE) else line for line in str(text).split("\n"))
     for en, zh in _table():
         if en in text:
             text = text.replace(en, zh)

@@ -113,9 +113,9 @@ SAMPLES = {
                               ScaledDotProductAttentionFunction=FN_WRONG_ORDER, quiz_1='answer_1 = "a"'),
         _expect(softmax_backward=0, sdpa_backward=0, ScaledDotProductAttentionFunction=0, quiz_1=0)),
     "ch08_mistakes_transpose": (
-        "chapter 08: row term without a, dk = dS q (no transpose), Function without a mask slot, quiz 2 'c'",
+        "chapter 08: row term without a, dk = dS q (no transpose), Function without a mask slot, quiz 2 'd' (dS over sqrt(d_k))",
         lambda: _with_answers(softmax_backward=SB_SUM_WITHOUT_A, sdpa_backward=SDPA_DK_NOT_TRANSPOSED,
-                              ScaledDotProductAttentionFunction=FN_NO_MASK_SLOT, quiz_2='answer_2 = "c"'),
+                              ScaledDotProductAttentionFunction=FN_NO_MASK_SLOT, quiz_2='answer_2 = "d"'),
         _expect(softmax_backward=0, sdpa_backward=0, ScaledDotProductAttentionFunction=0, quiz_2=0)),
     "ch08_mistakes_masks": (
         "chapter 08: no outer a, NaN on fully masked rows, Function backward ignores the mask, quiz 3 'a'",

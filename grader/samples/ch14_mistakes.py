@@ -91,7 +91,7 @@ SAMPLES = {
         _expect(TinyGPT=0, generate=0, quiz_1=0)),
     "ch14_mistakes_merge_start_pos": (
         "chapter 14: heads merged by reshape without the transpose, decode start_pos one too far, "
-        "quiz 3 'd' (the cache as an approximation)",
+        "quiz 3 'd' (post-norm breaks the cache)",
         lambda: _with_answers(TinyGPT=_tinygpt_merge_without_transpose(), generate=_generate_start_pos_off_by_one(),
                               quiz_3='answer_3 = "d"'),
         _expect(TinyGPT=0, generate=0, quiz_3=0)),

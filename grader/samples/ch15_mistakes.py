@@ -66,7 +66,7 @@ SAMPLES = {
         lambda: _with_answers(fit_loglog_slope=SLOPE_END_POINTS, quiz_2='answer_2 = "a"'),
         _expect(fit_loglog_slope=0, quiz_2=0)),
     "ch15_mistakes_ddof": (
-        "chapter 15: np.cov (N - 1) over np.var (N), quiz 3 'c' (a causal mask)",
-        lambda: _with_answers(fit_loglog_slope=SLOPE_COV_DDOF, quiz_3='answer_3 = "c"'),
+        "chapter 15: np.cov (N - 1) over np.var (N), quiz 3 says 8 key/value heads (4 query heads per key/value head)",
+        lambda: _with_answers(fit_loglog_slope=SLOPE_COV_DDOF, quiz_3='answer_3 = 8'),
         _expect(fit_loglog_slope=0, quiz_3=0)),
 }

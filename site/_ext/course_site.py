@@ -8,6 +8,8 @@
   given only the runs of Chinese characters. Sphinx hands jieba every text node, code included, and
   takes English words with its own pattern anyway: the same Chinese words come out, in 1/70 of
   the time (1.5 s of the build's CPU).
+- The two editions (English at the site's root, Chinese under zh/): each page links its twin
+  (``language_twin``); course.js shows the link as a switcher in the page's header.
 - Figures of the stored outputs (tools/build_site.py gives them the class `course-figure` and an alt
   text) are links to the full-size PNG: a click opens the figure at full size.
 """
@@ -63,7 +65,20 @@ def link_figures(app, pagename, templatename, context, doctree):
                        f'title="open the figure at full size">{m.group(0)}</a>'), body)
 
 
+def language_twin(app, pagename, templatename, context, doctree):
+    """Every page names its twin in the other edition (issue 28 §7): the English site is html/, the
+    Chinese one html/zh/ (tools/build_site.py), with the same page names. A <link rel="alternate">
+    in the head, which course.js turns into the switcher in the page's header."""
+    lang = (app.config.html_context or {}).get("course_lang", "en")
+    up = "../" * pagename.count("/")
+    other, href = ("en", f"{up}../{pagename}.html") if lang == "zh" else ("zh", f"{up}zh/{pagename}.html")
+    label = "English" if other == "en" else "中文"
+    context["metatags"] = context.get("metatags", "") + (
+        f'\n<link rel="alternate" hreflang="{other}" href="{href}" title="{label}" data-course-switch="1">')
+
+
 def setup(app):
+    app.connect("html-page-context", language_twin)
     PygmentsBridge.html_formatter = LineSpanFormatter
     app.add_search_language(SearchChineseRuns)
     app.connect("html-page-context", link_figures)

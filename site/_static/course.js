@@ -7,7 +7,8 @@
       button the themes listen to.
    2. Foldable sections of the chapter pages: a button before each numbered section's heading folds
       the section to its heading; "Fold all" leaves the chapter's outline. Following a link to an
-      anchor inside a folded section unfolds it. Without JavaScript every section is open. */
+      anchor inside a folded section unfolds it. Without JavaScript every section is open.
+   3. The switcher to the other edition (English / 中文) in every page's header. */
 (function () {
   function forwardSidebarButtons() {
     for (const cls of ["primary-toggle", "secondary-toggle"]) {
@@ -43,7 +44,28 @@
       if (el.tagName === "SECTION" && el.classList.contains("folded")) setFolded(el, false);
     }
   }
+  // 3. The two editions: the page's twin in the other language (site/_ext/course_site.py puts it in
+  //    the head as <link rel="alternate" data-course-switch>) becomes a button in the header.
+  function languageSwitch() {
+    const link = document.querySelector("link[data-course-switch]");
+    if (!link || document.querySelector("a.lang-switch")) return;
+    const a = document.createElement("a");
+    a.className = "lang-switch";
+    a.href = link.getAttribute("href");
+    a.hreflang = link.getAttribute("hreflang");
+    a.lang = a.hreflang;
+    a.textContent = link.title;
+    a.title = a.hreflang === "zh" ? "这一页的中文版" : "This page in English";
+    const item = document.createElement("div");
+    item.className = "header-article-item";
+    item.appendChild(a);
+    const place = document.querySelector(".bd-header-article .header-article-items__end")
+      || document.querySelector(".bd-header-article .header-article__inner");
+    if (place) place.insertBefore(item, place.firstChild);
+    else document.body.insertBefore(item, document.body.firstChild);
+  }
   function init() {
+    languageSwitch();
     forwardSidebarButtons();
     const secs = sections();
     if (!secs.length || !document.querySelector(".run-chapter")) return;  // chapter pages only
@@ -60,7 +82,9 @@
     }
     const bar = document.createElement("div");
     bar.className = "fold-all";
-    for (const [label, folded] of [["Fold all sections", true], ["Unfold all", false]]) {
+    const zh = document.documentElement.lang.startsWith("zh");
+    for (const [label, folded] of [[zh ? "全部折叠（Fold all sections）" : "Fold all sections", true],
+                                   [zh ? "全部展开（Unfold all）" : "Unfold all", false]]) {
       const b = document.createElement("button");
       b.type = "button";
       b.textContent = label;
