@@ -262,6 +262,13 @@ def test_mask_two_colours_with_a_legend():
     assert mpl.colors.to_hex(img.cmap(img.norm(1.0))) == P.MAY_ATTEND_COLOR
 
 
+def test_mask_legend_words_for_a_map_that_is_not_a_mask():
+    fig = P.plot_mask(torch.eye(3, dtype=torch.bool), legend=("reads (True)", "does not read (False)"))
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["reads (True)", "does not read (False)"]
+    with pytest.raises(ValueError, match="legend must be two strings"):
+        P.plot_mask(torch.eye(3, dtype=torch.bool), legend=("only one",))
+
+
 def test_mask_accepts_0_1_and_refuses_additive_masks():
     assert len(P.plot_mask([[1, 0], [1, 1]]).axes) == 1
     additive = torch.zeros(3, 3).masked_fill(torch.ones(3, 3).triu(1).bool(), float("-inf"))

@@ -51,6 +51,8 @@ def _mask_cases(seed: int) -> list:
     add("window = s − 1, causal (full causal)", 6, 5, True)
     add("window = s", 4, 4, False)
     add("window > s, causal", 4, 9, True)
+    add("a long sequence (s > 255: positions past any 8-bit integer)", 300, 5)
+    add("a long sequence, causal", 260, 7, True)
     for i in range(6):  # random sizes, odd ones included
         s = r.randint(2, 17)
         add(f"random case {i + 1}", s, r.randint(0, s), r.random() < 0.5)
@@ -106,6 +108,13 @@ def _mask_long(s, window, causal=False):
     return ref.sliding_window_mask.__wrapped__(s, window, causal).long()
 
 
+def _mask_int8_positions(s, window, causal=False):
+    """Positions as int8: i − j wraps past 127, so long sequences get stray True entries."""
+    i, j = torch.arange(s).to(torch.int8)[:, None], torch.arange(s).to(torch.int8)[None, :]
+    d = i - j
+    return ((d >= 0) & (d <= window)) if causal else (d.abs() <= window)
+
+
 def _v_mask_loops(s, window, causal=False):
     m = torch.zeros(s, s, dtype=torch.bool)
     for i in range(s):
@@ -141,6 +150,8 @@ MASK_MUTANTS = [
     Mutant("inverted_mask", "the mask is inverted: True means 'may attend', so the positions inside the window are True.", _mask_inverted),
     Mutant("float_mask", "the mask holds 0/1 floats: return a bool tensor (True = may attend), e.g. from a comparison.", _mask_float),
     Mutant("integer_mask", "the mask holds 0/1 integers: return a bool tensor (True = may attend), e.g. from a comparison.", _mask_long),
+    Mutant("int8_positions", "the positions were held in a small integer type (int8 wraps past 127, uint8 past 255), so i − j "
+           "wraps on long sequences: build them with torch.arange(s), whose int64 holds any length.", _mask_int8_positions),
 ]
 
 MASK_EXERCISE = Exercise(

@@ -266,7 +266,7 @@ def plot_heads(
 
 def plot_mask(
     mask, x_labels=None, y_labels=None, title=None, ax=None, *, xlabel="key", ylabel="query",
-    figsize=None,
+    figsize=None, legend=("may attend (True)", "masked (False)"),
 ):
     """A bool attention mask in two colours: True = "may attend" (blue), False = "masked" (grey).
 
@@ -275,10 +275,14 @@ def plot_mask(
                   ``padding_mask(lengths, L)[0]`` which is (1, L)
         x_labels  S_k labels,  y_labels  S_q labels
 
-    A legend names the two colours. An additive mask (0 / -inf) is refused with a hint.
+    A legend names the two colours: ``legend`` = (the words for True, the words for False), e.g.
+    ``("reads (True)", "does not read (False)")`` for a bool map that is not an attention mask.
+    An additive mask (0 / -inf) is refused with a hint.
     If ``ax`` is given, draws there and returns ``ax.figure``. Returns the ``Figure``.
     """
     func = "plot_mask"
+    if len(legend) != 2 or not all(isinstance(s, str) for s in legend):
+        raise ValueError(f"{func}: legend must be two strings, (True's words, False's words); got {legend!r}")
     arr = _bool_mask(mask, func)
     data = _matrix(arr, func, "mask")
     S_q, S_k = data.shape
@@ -303,8 +307,8 @@ def plot_mask(
             ax.grid(which="minor", color="white", linewidth=1.0 if max(S_q, S_k) <= 24 else 0.5)
             ax.tick_params(which="minor", length=0)
         handles = [
-            Patch(facecolor=MAY_ATTEND_COLOR, edgecolor="none", label="may attend (True)"),
-            Patch(facecolor=MASKED_COLOR, edgecolor="none", label="masked (False)"),
+            Patch(facecolor=MAY_ATTEND_COLOR, edgecolor="none", label=legend[0]),
+            Patch(facecolor=MASKED_COLOR, edgecolor="none", label=legend[1]),
         ]
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
                   handlelength=1.2, handleheight=1.2)
