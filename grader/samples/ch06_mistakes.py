@@ -179,7 +179,7 @@ SAMPLES = {
         _expect(LayerNorm=0, FeedForward=0, DecoderLayer=0, quiz_1=0)),
     "ch06_mistakes_unbiased_dropout_kv": (
         "chapter 06: unbiased variance, dropout after linear2, cross-attention keys and values from x, "
-        "quiz 2 says the variant only differs by sqrt(7/8) ('b')",
+        "quiz 2 says about 0.5 ('b')",
         lambda: _with_answers(LayerNorm=LN_UNBIASED, FeedForward=FFN_DROPOUT_AFTER, DecoderLayer=DEC_CROSS_KV_FROM_X,
                               quiz_2='answer_2 = "b"'),
         _expect(LayerNorm=0, FeedForward=0, DecoderLayer=0, quiz_2=0)),

@@ -96,7 +96,7 @@ SAMPLES = {
                               quiz_1='answer_1 = "c"'),
         _expect(attention_entropy=0, attention_rollout=0, quiz_1=0)),
     "ch07_mistakes_bits_residual": (
-        "chapter 07: entropy in bits (log2), rollout without the residual identity, quiz 3 'b' (weights meaningless)",
+        "chapter 07: entropy in bits (log2), rollout without the residual identity, quiz 3 'b' (the head does not really read the previous token)",
         lambda: _with_answers(attention_entropy=ENTROPY_LOG2, attention_rollout=ROLLOUT_NO_RESIDUAL,
                               quiz_3='answer_3 = "b"'),
         _expect(attention_entropy=0, attention_rollout=0, quiz_3=0)),

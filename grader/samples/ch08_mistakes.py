@@ -108,7 +108,7 @@ FN_IGNORES_MASK = _src(_FN.format(bw_mask="None", ret="dq, dk, dv, None  # mask 
 SAMPLES = {
     "ch08_correct": ("chapter 08: the solution's answers", correct, FULL),
     "ch08_mistakes_diagonal": (
-        "chapter 08: softmax backward a ⊙ grad_a only, dq without 1/sqrt(D), Function grads in wrong order, quiz 1 'a'",
+        "chapter 08: softmax backward a ⊙ grad_a only, dq without 1/sqrt(D), Function grads in wrong order, quiz 1 'a' (the upstream gradient passed through)",
         lambda: _with_answers(softmax_backward=SB_NO_SUBTRACTION, sdpa_backward=SDPA_DQ_NO_SCALE,
                               ScaledDotProductAttentionFunction=FN_WRONG_ORDER, quiz_1='answer_1 = "a"'),
         _expect(softmax_backward=0, sdpa_backward=0, ScaledDotProductAttentionFunction=0, quiz_1=0)),
