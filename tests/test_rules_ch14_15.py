@@ -133,20 +133,26 @@ def test_chapter_14_sets_the_weights_it_trains_from_by_name():
 @pytest.mark.parametrize("path,chapter", [(NB14, "14"), (NB15, "15")])
 def test_quizzes_use_salted_keys_hints_and_spread_letters(path, chapter):
     cells = _cells(path)
-    letters = []
+    letters, numbers = [], []
     for src, cell in cells:
         gid = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
         if gid.startswith("quiz_"):
             assert src.splitlines()[0].startswith(f"answer_{gid[5:]} = None"), gid
         if gid.startswith("test_quiz_"):
             k = gid[len("test_quiz_"):]
+            assert f'qid="{chapter}.q{k}"' in src and "hint=" in src, gid
+            hint = src.split('hint="')[1].split('",')[0]
+            if "check_number(" in src:  # a numeric question: the key is the rounded right value
+                value = int(src.split(f"round(float(answer_{k})) == ")[1].split(",")[0])
+                assert f'key="{quiz_key(value, decimals=0, qid=f"{chapter}.q{k}")}"' in src, gid
+                assert str(value) not in hint, gid
+                numbers.append(value)
+                continue
             right = src.split(".strip().lower() == \"")[1][0]
             letters.append(right)
-            assert f'qid="{chapter}.q{k}"' in src and "hint=" in src, gid
             assert f'key="{quiz_key(right, qid=f"{chapter}.q{k}")}"' in src, gid
-            hint = src.split('hint="')[1].split('",')[0]
             assert f"'{right}'" not in hint and f'"{right}"' not in hint, gid
-    assert len(letters) == 3 and len(set(letters)) == 3, letters
+    assert len(letters) + len(numbers) == 3 and len(set(letters)) == len(letters), letters
 
 
 def test_chapter_15_pins_the_contenders_colours_in_both_figures():
