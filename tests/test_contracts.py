@@ -70,6 +70,7 @@ def test_what_a_declaration_states_is_enforced(name):
         probes = [x for x in cases if x.label.startswith(f"{c.dropout.name} = ")]
         assert len(probes) == 1 + len(c.dropout.ps) and len(c.dropout.ps) >= 2
         assert min(c.dropout.ps) <= 0.2 and max(c.dropout.ps) >= 0.7, "a small and a large p"
+        assert sum(x.label.startswith("training with gradients") for x in cases) == 1, "backward through the dropout"
     for rule in c.budgets:
         assert len(rule.sizes) >= 2, f"{name}: a budget is measured at two sizes or more"
     budgeted = [x for x in cases if x.budget is not None and x.label.startswith("budget at ")]

@@ -119,7 +119,7 @@ class Dropout(Rule):
     consistent: Callable | None = None
     hints: dict = field(default_factory=dict)
     ps: tuple = (0.1, 0.8)
-    enforcer = "_guards.dropout_cases (judged probes at p = 0, 0.1, 0.8)"
+    enforcer = "_guards.dropout_cases (judged probes at p = 0, 0.1, 0.8; backward at 0.8)"
 
     @property
     def name(self) -> str:
@@ -130,7 +130,7 @@ class Dropout(Rule):
         mode = "" if self.arg else ", in training mode only (model.train())"
         return _wrap(f"{p} is the probability of dropping (zeroing) {self.on}{mode}, not of keeping it; the kept "
                      f"ones are multiplied by exactly 1/(1 - {p}). Judged at {p} = 0, "
-                     f"{' and '.join(f'{x:g}' for x in self.ps)}.")
+                     f"{' and '.join(f'{x:g}' for x in self.ps)}, and trained through (backward) at {self.ps[-1]:g}.")
 
     def prompt(self, contract):
         p = self.name
@@ -138,7 +138,9 @@ class Dropout(Rule):
         return (f"**Dropout:** `{p}` is the probability of *dropping* (zeroing) {self.on}{mode} — not of keeping "
                 f"it — and every kept value is multiplied by exactly `1/(1 - {p})` (what `F.dropout` and `nn.Dropout` "
                 f"do). The check runs `{p}` = 0, {' and '.join(f'{x:g}' for x in self.ps)}: the share dropped must be "
-                f"within statistical bounds of `{p}`, and the kept values exactly rescaled.")
+                f"within statistical bounds of `{p}`, and the kept values exactly rescaled. Training through it must "
+                f"work: the check also runs backward at `{p}` = {self.ps[-1]:g} (no `inplace=True` dropout on a tensor "
+                "autograd saved, such as a softmax's or a ReLU's output).")
 
 
 @dataclass

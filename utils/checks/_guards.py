@@ -274,6 +274,10 @@ def explain_crash(exercise, err: BaseException) -> str:
     if "leaf Variable that requires grad is being used in an in-place operation" in text:
         return (f" ({exercise.name} {INPLACE.format(name='input')}: inputs are never modified, and the "
                 "gradient cases pass inputs that require grad)")
+    if "modified by an inplace operation" in text:
+        return (" (an in-place operation — dropout or an activation with inplace=True, x *= ..., x.masked_fill_(...) — "
+                "edited a tensor that autograd saved for the backward pass, so loss.backward() fails: build a new "
+                "tensor instead)")
     if "more than one element of the written-to tensor refers to a single memory location" in text:
         return (f" ({exercise.name} {INPLACE.format(name='input')}: an expanded input shares its memory; "
                 "inputs are never modified)")
@@ -385,6 +389,55 @@ class DropoutProbe:
         return self.judge_at(self.case, got)
 
 
+def run_training_grads(impl, case):
+    """A dropout probe with gradients: the module built and switched to training mode (or the
+    function called), every floating input a leaf that requires grad, then the gradients of a
+    fixed random loss of the floating outputs with respect to the inputs (and the parameters).
+    Returns {"output": the output, "gradients": [dL/d(each), ...]}: training through a dropout
+    must work (an in-place dropout on a tensor autograd saved makes ``backward`` fail)."""
+    from ._model import build_module, loss_weights
+
+    def leaf(t):
+        return t.detach().clone().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+    args, kwargs = tuple(leaf(a) for a in case.args), {k: leaf(v) for k, v in case.kwargs.items()}
+    targets = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad]
+    with torch.enable_grad():
+        if isinstance(impl, type):
+            module = build_module(impl, case)
+            module.train()
+            targets += [p for p in module.parameters() if p.requires_grad]
+            out = module(*args, **kwargs)
+        else:
+            out = impl(*args, **kwargs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        floats = [o for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad]
+        if not floats:
+            return {"output": out, "gradients": []}
+        loss = sum((o * w).sum() for o, w in zip(floats, loss_weights(floats)))
+        grads = torch.autograd.grad(loss, targets, allow_unused=True)
+    return {"output": out, "gradients": [torch.zeros(0) if g is None else g for g in grads]}
+
+
+class DropoutGradProbe(DropoutProbe):
+    """The judge of the probe with gradients: the gradients are finite, and the output is judged
+    like the plain probe's (``case``: the plain probe, without gradients)."""
+
+    def __init__(self, exercise, case, p):
+        super().__init__(exercise, case, p)
+        self.name, self.p = exercise.contract.dropout.name, p
+
+    def __call__(self, got):
+        if not (isinstance(got, dict) and "output" in got and isinstance(got.get("gradients"), list)):
+            return f"with {self.name} = {self.p:g} and gradients, the result could not be read; got {describe(got)}."
+        if not got["gradients"]:
+            return (f"with {self.name} = {self.p:g} in training mode, the output does not depend on the inputs through "
+                    "autograd: no gradient reaches them.")
+        if any(isinstance(g, torch.Tensor) and not bool(torch.isfinite(g).all()) for g in got["gradients"]):
+            return f"with {self.name} = {self.p:g} in training mode, some gradients are NaN or infinite."
+        return self.judge_at(self.case, got["output"])
+
+
 def dropout_cases(exercise, seed: int) -> list:
     """The probes of a declared dropout: p = 0 compared with the reference (training mode for a
     module), then one judged case per p of the declaration."""
@@ -402,4 +455,9 @@ def dropout_cases(exercise, seed: int) -> list:
         else:
             c = replace(case, label=label)
             cases.append(replace(c, judge=DropoutProbe(exercise, c, p)))
+    # training through the dropout: backward runs (no in-place dropout on a tensor autograd saved)
+    p = rule.ps[-1]
+    plain = cases[-1]
+    cases.append(replace(plain, label=f"training with gradients (backward through the dropout), {plain.label}",
+                         run=run_training_grads, judge=DropoutGradProbe(exercise, plain, p)))
     return cases
