@@ -822,6 +822,12 @@ def _head_cases(seed: int, method: str) -> list:
         init = {"ctor": (H * D_h, H), "seed": seed}
         ctor = f"MultiHeadAttention({H * D_h}, num_heads={H})"
         cases.append(Case(f"{label}: {ctor}.{method}_heads(x {tuple(x.shape)})", (x,), init=init))
+    # gradients through the reshuffle (a leaf input that requires grad: x.view(...).transpose_(...) fails on it)
+    B, S, H, D_h = 2, 3, 2, 2
+    x = randn(B, S, H * D_h, gen=g, dtype=F64) if method == "split" else randn(B, H, S, D_h, gen=g, dtype=F64)
+    ctor = f"MultiHeadAttention({H * D_h}, num_heads={H})"
+    cases.append(Case(f"gradients (float64), x a leaf that requires grad: {ctor}.{method}_heads(x {tuple(x.shape)})",
+                      (x,), init={"ctor": (H * D_h, H), "seed": seed}, grad=True))
     return cases
 
 
@@ -909,7 +915,8 @@ check_split_heads = register(Exercise(
     run=_run_method("split_heads"),
     mutants=SPLIT_MUTANTS,
     variants=MHA_EXERCISE_VARIANTS,
-    contract=Contract("""(B, S, d_model) -> (B, H, S, D_h), H = num_heads: head h gets the features h·D_h ... (h+1)·D_h - 1.""", kinds={"x": "tensor"}),
+    contract=Contract("""(B, S, d_model) -> (B, H, S, D_h), H = num_heads: head h gets the features h·D_h ... (h+1)·D_h - 1.""",
+                      grad="x", kinds={"x": "tensor"}),
 ))
 check_merge_heads = register(Exercise(
     name="merge_heads",
@@ -919,5 +926,6 @@ check_merge_heads = register(Exercise(
     run=_run_method("merge_heads"),
     mutants=MERGE_MUTANTS,
     variants=MHA_EXERCISE_VARIANTS,
-    contract=Contract("""(B, H, S, D_h) -> (B, S, d_model), the inverse of split_heads: head h fills the features h·D_h ... (h+1)·D_h - 1.""", kinds={"x": "tensor"}),
+    contract=Contract("""(B, H, S, D_h) -> (B, S, d_model), the inverse of split_heads: head h fills the features h·D_h ... (h+1)·D_h - 1.""",
+                      grad="x", kinds={"x": "tensor"}),
 ))
