@@ -34,13 +34,14 @@ ONLY_KILLED_BY = [
     ("fit_loglog_slope", "sorts_the_callers_lists", "inputs"),
     ("MultiHeadAttention", "keys_kept_between_calls", "again"),
     ("padding_mask", "lengths_unsqueezed_in_place", "inputs"),
-    ("scaled_dot_product_attention", "float32_result", "dtype"),
+    ("scaled_dot_product_attention", "float32_result", ("dtype", "below_fill")),
     ("scaled_dot_product_attention", "renormalised_after_softmax", "masked_max"),
     ("scaled_dot_product_attention", "zero_keys_are_padding", "zero_vectors"),
-    ("scaled_dot_product_attention", "no_max_subtraction", ("large", "grad_large")),
+    ("scaled_dot_product_attention", "no_max_subtraction", ("large", "grad_large", "below_fill")),
     ("scaled_dot_product_attention", "flatten_with_view", "non_contiguous"),
     ("scaled_dot_product_attention", "dropout_keep_probability", "dropout"),
     ("scaled_dot_product_attention", "dropout_rescaled_by_1_over_p", "dropout"),
+    ("apply_rope", "returns_x_itself", "fresh"),
 ]
 
 

@@ -18,6 +18,7 @@ A :class:`Contract` holds
     least two);
   - ``Pure()`` — inputs (values, shape, strides, storage offset; lists, dicts; a module's
     parameters) are never modified;
+  - ``Fresh()`` — the output never shares memory with an input (``Contract.fresh``);
   - ``SameDtype()`` — the output has the floating inputs' dtype (the course-wide default);
   - ``Stateless()`` — a second call with the same inputs and random state gives the same result;
   - ``Adversarial(kinds)`` — the inputs the core derives from the kinds of the arguments (stated,
@@ -204,6 +205,22 @@ class Pure(Rule):
 
 
 @dataclass
+class Fresh(Rule):
+    """The output is a new tensor: it never shares memory with an input (not the input itself, nor a
+    view of it), even where its values equal the input's."""
+
+    enforcer = "_guards.observation (__shares__) / _guards.judge_guards"
+
+    def doc(self, contract):
+        return "the output is a new tensor (never an input or a view of one)"
+
+    def prompt(self, contract):
+        return ("**A new output:** the output never shares memory with an input — not the input itself nor a view "
+                "of it, even where nothing changes (a rotation by 0): the caller may later edit one without the "
+                "other.")
+
+
+@dataclass
 class SameDtype(Rule):
     """The output has the dtype of the floating inputs (float64 in, float64 out): the course-wide default."""
 
@@ -280,8 +297,8 @@ class Adversarial(Rule):
                 + ". Each is a valid input of the contract above.")
 
 
-ENFORCERS = {kind: kind.enforcer for kind in (Forbid, Gradients, Dropout, Cost, Pure, SameDtype, Stateless, Defaults,
-                                              Adversarial)}
+ENFORCERS = {kind: kind.enforcer for kind in (Forbid, Gradients, Dropout, Cost, Pure, Fresh, SameDtype, Stateless,
+                                              Defaults, Adversarial)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -305,6 +322,7 @@ class Contract:
     pure: bool = True
     same_dtype: bool = True
     stateless: bool = True
+    fresh: bool = False  # the output never shares memory with an input (Fresh)
     kinds: dict = field(default_factory=dict)
     off: dict = field(default_factory=dict)
     scores: Callable | None = None
@@ -322,6 +340,8 @@ class Contract:
             out.append(Gradients(self.grad))
         if self.pure:
             out.append(Pure())
+        if self.fresh:
+            out.append(Fresh())
         if self.same_dtype:
             out.append(SameDtype())
         if self.stateless:
@@ -337,9 +357,9 @@ class Contract:
     def docstring(self) -> str:
         """The stub's docstring: the declaration's text, then one line (or a few) per typed rule."""
         lines = [self.text(), ""]
-        simple = [r for r in self.rules() if isinstance(r, (Pure, SameDtype, Stateless))]
+        simple = [r for r in self.rules() if isinstance(r, (Pure, Fresh, SameDtype, Stateless))]
         for r in self.rules():
-            if not isinstance(r, (Pure, SameDtype, Stateless)) and r.doc(self):
+            if not isinstance(r, (Pure, Fresh, SameDtype, Stateless)) and r.doc(self):
                 lines.append(r.doc(self))
         if simple:
             lines.append(_wrap("Also checked: " + "; ".join(r.doc(self) for r in simple) + "."))

@@ -21,6 +21,7 @@ import torch.nn as nn
 from ._compare import compare, describe
 
 OUT, INPUTS, LAYOUT, PARAMS, AGAIN = "__output__", "__inputs__", "__layout__", "__params__", "__again__"
+SHARES = "__shares__"
 _built = threading.local()
 
 
@@ -110,11 +111,26 @@ def observation(out, args, kwargs, before: list, modules: list, state: dict | No
     if not inputs:
         return result
     after = [layout(t) for _, t in _tensor_paths([args, kwargs], "")]
-    result.update({INPUTS: snapshot([args, kwargs]), LAYOUT: [b + a for b, a in zip(before, after)]})
+    result.update({INPUTS: snapshot([args, kwargs]), LAYOUT: [b + a for b, a in zip(before, after)],
+                   SHARES: _shared_inputs(out, args, kwargs)})
     if state and modules:
         params = dict(modules[0].named_parameters(remove_duplicate=False))
         result[PARAMS] = {k: params[k].detach().clone() for k in state if k in params}
     return result
+
+
+def _storage(t: torch.Tensor):
+    try:
+        st = t.untyped_storage()
+        return (st.data_ptr(), st.nbytes()) if st.nbytes() else None
+    except (RuntimeError, NotImplementedError):  # no storage (a meta or a wrapper tensor): shares nothing
+        return None
+
+
+def _shared_inputs(out, args, kwargs) -> list:
+    """The paths of the inputs whose memory an output tensor shares (the input itself, or a view)."""
+    outs = {_storage(t) for _, t in _tensor_paths(out, "")} - {None}
+    return [path for path, t in _tensor_paths([args, kwargs], "") if _storage(t) in outs]
 
 
 def split(got):
@@ -131,6 +147,7 @@ INPLACE = "changed its input {name} in place"
 PARAMS_CHANGED = "changed its parameter {name} during the forward pass"
 STATE = "called again with the same inputs (after a call on other inputs), it gave another result"
 DTYPE = "returned {got} for {want} inputs"
+SHARED = "returned a tensor that shares its memory with the input {name}"
 
 
 def _same_values(a, b) -> bool:
@@ -198,6 +215,15 @@ def judge_guards(exercise, case, out, obs: dict) -> str | None:
                 return (f"{name} {INPLACE.format(name=arg)}: its strides or storage offset changed (an in-place "
                         f"view op such as {arg}.t_(), {arg}.transpose_(...), {arg}.squeeze_() or {arg}.as_strided_(...)). "
                         f"Inputs are never modified.")
+    from ._adversarial import _DISABLED
+
+    contract = getattr(exercise, "contract", None)
+    shared = obs.get(SHARES)
+    if getattr(contract, "fresh", False) and isinstance(shared, list) and shared and "fresh" not in _DISABLED:
+        arg = _path_name(str(shared[0]), _input_names(exercise, len(case.args)))
+        return (f"{name} {SHARED.format(name=arg)} ({arg} itself or a view of "
+                f"it): the output is a new tensor (e.g. {arg}.clone() where nothing moves), so that editing it "
+                f"later cannot change the caller's {arg}.")
     if PARAMS in obs:
         state = case.init.get("state") or {}
         for key, after in obs[PARAMS].items():
