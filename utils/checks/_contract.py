@@ -190,18 +190,21 @@ class Cost(Rule):
 @dataclass
 class Pure(Rule):
     """Inputs are never modified: values, shape, strides, storage offset; lists and dicts; the
-    parameters of a module."""
+    parameters of a module; what a function argument (``score_fn``) returns."""
 
-    enforcer = "_guards.observe / _guards.judge_guards (the inputs after every call)"
+    enforcer = "_guards.observe / _guards.judge_guards (the inputs after every call; _guards.Watched)"
 
     def doc(self, contract):
         return "inputs never modified"
 
     def prompt(self, contract):
+        fns = sorted(set(re.findall(r"\b(\w*fn)\(", contract.text())))
+        also = (f" What {' and '.join(f'`{f}`' for f in fns)} returns is the caller's too: never modified "
+                "either (it may be cached, or saved by autograd)." if fns else "")
         return ("**Inputs are never modified:** after every call the check compares each argument with what it "
                 "passed — a tensor's values, shape, strides and storage offset, a list's or dict's items, a "
                 "module's parameters. `x.mul_(...)`, `x *= ...`, `x[...] = ...`, `x.unsqueeze_(...)`, "
-                "`inplace=True` on an argument, or `list.reverse()` on the caller's list, all fail.")
+                "`inplace=True` on an argument, or `list.reverse()` on the caller's list, all fail." + also)
 
 
 @dataclass

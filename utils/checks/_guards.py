@@ -11,8 +11,10 @@ Dropout's probes and judge are here too (``dropout_cases``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
+import types
 from dataclasses import replace
 
 import torch
@@ -21,7 +23,7 @@ import torch.nn as nn
 from ._compare import compare, describe
 
 OUT, INPUTS, LAYOUT, PARAMS, AGAIN = "__output__", "__inputs__", "__layout__", "__params__", "__again__"
-SHARES = "__shares__"
+SHARES, RETURNED = "__shares__", "__returned__"
 _built = threading.local()
 
 
@@ -37,10 +39,50 @@ def clone_keep_layout(t: torch.Tensor) -> torch.Tensor:
     return out.set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
 
 
+class Watched:
+    """A function argument (``score_fn``), called through: each tensor it returns is kept with a copy,
+    so that the guards can tell whether the call then changed it in place. What a function passed
+    in returns belongs to the caller (it may be cached, or saved by autograd): like an input, it is
+    never modified."""
+
+    LIMIT = 64  # results kept per call of the exercise
+
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self.fn, self.returned = fn, []
+
+    def __call__(self, *args, **kwargs):
+        out = self.fn(*args, **kwargs)
+        for _, t in _tensor_paths(out, ""):
+            if len(self.returned) < self.LIMIT and t.layout == torch.strided:
+                self.returned.append((t, clone_keep_layout(t), layout(t)))
+        return out
+
+    def changed(self) -> str | None:
+        """How a returned tensor changed since it was returned, or None."""
+        for t, copy, before in self.returned:
+            if layout(t) != before:
+                return "its shape or strides changed"
+            now = t.detach()
+            if not _same_values(copy, now):
+                diff = ~((copy == now) | (torch.isnan(copy) & torch.isnan(now))) if copy.is_floating_point() else copy != now
+                return f"{int(diff.sum())} of its {diff.numel()} values changed"
+        return None
+
+
+def _watchable(obj) -> bool:
+    return isinstance(obj, (types.FunctionType, functools.partial))
+
+
 def clone_inputs(obj, depth: int = 0):
-    """Tuples, lists and dicts copied (tensors by ``clone_keep_layout``); anything else as it is."""
+    """Tuples, lists and dicts copied (tensors by ``clone_keep_layout``), plain functions watched
+    (``Watched``); anything else as it is."""
     if isinstance(obj, torch.Tensor) and not isinstance(obj, nn.Parameter):
         return clone_keep_layout(obj)
+    if depth == 0 and type(obj) in (tuple, list):  # the arguments themselves: functions among them watched
+        return type(obj)(Watched(v) if _watchable(v) else clone_inputs(v, depth + 1) for v in obj)
+    if depth == 0 and type(obj) is dict:
+        return {k: Watched(v) if _watchable(v) else clone_inputs(v, depth + 1) for k, v in obj.items()}
     if depth < 4 and type(obj) in (tuple, list):
         return type(obj)(clone_inputs(v, depth + 1) for v in obj)
     if depth < 4 and type(obj) is dict:
@@ -113,6 +155,9 @@ def observation(out, args, kwargs, before: list, modules: list, state: dict | No
     after = [layout(t) for _, t in _tensor_paths([args, kwargs], "")]
     result.update({INPUTS: snapshot([args, kwargs]), LAYOUT: [b + a for b, a in zip(before, after)],
                    SHARES: _shared_inputs(out, args, kwargs)})
+    returned = [[f"[0][{i}]", v.changed()] for i, v in enumerate(args) if isinstance(v, Watched)]
+    returned += [[f"[1][{k!r}]", v.changed()] for k, v in kwargs.items() if isinstance(v, Watched)]
+    result[RETURNED] = [pair for pair in returned if pair[1]]
     if state and modules:
         params = dict(modules[0].named_parameters(remove_duplicate=False))
         result[PARAMS] = {k: params[k].detach().clone() for k in state if k in params}
@@ -148,6 +193,7 @@ PARAMS_CHANGED = "changed its parameter {name} during the forward pass"
 STATE = "called again with the same inputs (after a call on other inputs), it gave another result"
 DTYPE = "returned {got} for {want} inputs"
 SHARED = "returned a tensor that shares its memory with the input {name}"
+RETURNED_CHANGED = "changed in place the tensor that {name} returned"
 
 
 def _same_values(a, b) -> bool:
@@ -217,6 +263,12 @@ def judge_guards(exercise, case, out, obs: dict) -> str | None:
                         f"Inputs are never modified.")
     from ._adversarial import _DISABLED
 
+    changed = obs.get(RETURNED)
+    if isinstance(changed, list) and changed and isinstance(changed[0], list) and len(changed[0]) == 2:
+        arg = _path_name(str(changed[0][0]), _input_names(exercise, len(case.args)))
+        return (f"{name} {RETURNED_CHANGED.format(name=arg)}: {changed[0][1]}. What a function passed in returns "
+                f"belongs to the caller (it may be cached, or saved by autograd): build a new tensor "
+                f"(masked_fill, not masked_fill_ or item assignment).")
     contract = getattr(exercise, "contract", None)
     shared = obs.get(SHARES)
     if getattr(contract, "fresh", False) and isinstance(shared, list) and shared and "fresh" not in _DISABLED:
