@@ -198,7 +198,7 @@ class Pure(Rule):
         return "inputs never modified"
 
     def prompt(self, contract):
-        fns = sorted(set(re.findall(r"\b(\w*fn)\(", contract.text())))
+        fns = sorted(set(re.findall(r"\b(\w+_fn)\(", contract.text())))  # function arguments: score_fn(...)
         also = (f" What {' and '.join(f'`{f}`' for f in fns)} returns is the caller's too: never modified "
                 "either (it may be cached, or saved by autograd)." if fns else "")
         return ("**Inputs are never modified:** after every call the check compares each argument with what it "
