@@ -562,8 +562,7 @@ def _decoder_dropout_values(case: Case, got):
     return got[0]  # x: 0 + each sub-layer's (dropped) output, one third of the features each
 
 
-DECODER_DROPOUT = Dropout(on="each entry of the three sub-layers' outputs before it is added to x (and, "
-                             "inside them, what your MultiHeadAttention and FeedForward drop)",
+DECODER_DROPOUT = Dropout(on="each entry of a sub-layer's output before it is added to x",
                           what="sub-layer outputs", ctor="dropout", probe=_decoder_dropout_probe,
                           values=_decoder_dropout_values, hints={"ignored": DEC_DROPOUT_IGNORED})
 
