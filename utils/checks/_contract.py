@@ -272,7 +272,8 @@ class Defaults(Rule):
 # The adversarial kinds the core derives from the arguments' kinds (``_adversarial.KINDS``).
 ADVERSARIAL_TEXT = {
     "large": "magnitudes past exp's range (|scores| ≈ 10³ in float32, past 709 in float64)",
-    "below_fill": "scores far below any finite fill value (≈ −10¹⁰): mask with `-inf` or the dtype's lowest value, not −1e9",
+    "below_fill": ("scores far below any finite fill value (≈ −10¹⁰): mask scores, or start a running max, with `-inf` "
+                   "or the dtype's lowest value, not −1e9"),
     "masked_max": "a masked key holding the largest score by more than any float's range",
     "zero_vectors": "zero vectors among the real keys and queries",
     "ties": "tied scores",
