@@ -34,13 +34,14 @@ ONLY_KILLED_BY = [
     ("fit_loglog_slope", "sorts_the_callers_lists", "inputs"),
     ("MultiHeadAttention", "keys_kept_between_calls", "again"),
     ("padding_mask", "lengths_unsqueezed_in_place", "inputs"),
-    ("scaled_dot_product_attention", "float32_result", "dtype"),
+    ("scaled_dot_product_attention", "float32_result", ("dtype", "below_fill")),
     ("scaled_dot_product_attention", "renormalised_after_softmax", "masked_max"),
     ("scaled_dot_product_attention", "zero_keys_are_padding", "zero_vectors"),
-    ("scaled_dot_product_attention", "no_max_subtraction", ("large", "grad_large")),
+    ("scaled_dot_product_attention", "no_max_subtraction", ("large", "grad_large", "below_fill")),
     ("scaled_dot_product_attention", "flatten_with_view", "non_contiguous"),
     ("scaled_dot_product_attention", "dropout_keep_probability", "dropout"),
     ("scaled_dot_product_attention", "dropout_rescaled_by_1_over_p", "dropout"),
+    ("apply_rope", "returns_x_itself", "fresh"),
 ]
 
 
@@ -70,6 +71,7 @@ def test_what_a_declaration_states_is_enforced(name):
         probes = [x for x in cases if x.label.startswith(f"{c.dropout.name} = ")]
         assert len(probes) == 1 + len(c.dropout.ps) and len(c.dropout.ps) >= 2
         assert min(c.dropout.ps) <= 0.2 and max(c.dropout.ps) >= 0.7, "a small and a large p"
+        assert sum(x.label.startswith("training with gradients") for x in cases) == 1, "backward through the dropout"
     for rule in c.budgets:
         assert len(rule.sizes) >= 2, f"{name}: a budget is measured at two sizes or more"
     budgeted = [x for x in cases if x.budget is not None and x.label.startswith("budget at ")]

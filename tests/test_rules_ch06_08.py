@@ -247,6 +247,7 @@ def _decoder(fwd):
             self.ffn = _VFeedForwardFunctional(d_model, d_ff, dropout)
             self.norms = nn.ModuleList([_VLayerNorm(d_model) for _ in range(3)])
             self.norm1, self.norm2, self.norm3 = self.norms  # the same LayerNorms under two names
+            self.drop = nn.Dropout(dropout)  # on each sub-layer's output (the contract's dropout)
 
         forward_ = fwd
 
@@ -258,10 +259,10 @@ def _decoder(fwd):
 
 def _dec_correct(self, x, memory, src_mask, tgt_mask):
     h = self.norm1(x)
-    x = x + self.self_attn(h, h, h, tgt_mask)[0]
+    x = x + self.drop(self.self_attn(h, h, h, tgt_mask)[0])
     a, w = self.cross_attn(self.norm2(x), memory, memory, src_mask)
-    x = x + a
-    return x + self.ffn(self.norm3(x)), w
+    x = x + self.drop(a)
+    return x + self.drop(self.ffn(self.norm3(x))), w
 
 
 def _dec_residual_from_norm(self, x, memory, src_mask, tgt_mask):

@@ -26,7 +26,7 @@ reports (a rule, a value comparison, an error); every survivor with its one-line
     python tools/mutate.py softmax masked_softmax    # some exercises (report in build/mutation/)
     python tools/mutate.py --list softmax        # the mutants, with their ids and diffs
     python tools/mutate.py --show ID             # one mutant's source line and check message
-    python tools/mutate.py --reuse               # re-render from the last results (registry edited)
+    python tools/mutate.py --reuse               # reuse results while mutant and checks are unchanged
     python tools/mutate.py --candidates          # candidate equivalents as TOML, to confirm by hand
 
 Only the course's public API is used: ``utils.checks.EXERCISES``, an exercise's ``reference`` and
@@ -49,8 +49,30 @@ sys.path.insert(0, str(ROOT))
 CACHE = ROOT / "build" / "mutation" / "results.jsonl"
 
 
+_FINGERPRINTS: dict = {}
+
+
+def _checks_fingerprint(exercise: str) -> str:
+    """What a verdict depends on besides the mutant: the checks' core (every ``utils/*.py`` and
+    ``utils/checks/_*.py`` that is not a chapter's) and the exercise's own chapter file. A result is
+    reused only while both are unchanged (a new case must re-judge the mutants it may kill)."""
+    if exercise not in _FINGERPRINTS:
+        from utils.checks import EXERCISES
+
+        if "__core__" not in _FINGERPRINTS:
+            files = sorted((ROOT / "utils").glob("*.py")) + sorted(
+                f for f in (ROOT / "utils" / "checks").glob("_*.py") if not f.name.startswith("_ch"))
+            _FINGERPRINTS["__core__"] = hashlib.sha1(b"".join(f.read_bytes() for f in files)).hexdigest()
+        ex = EXERCISES[exercise]
+        module = sys.modules.get(getattr(ex, "own_cases", ex.make_cases).__module__)
+        own = Path(getattr(module, "__file__", "") or "")
+        data = own.read_bytes() if own.is_file() else b""
+        _FINGERPRINTS[exercise] = hashlib.sha1(_FINGERPRINTS["__core__"].encode() + data).hexdigest()
+    return _FINGERPRINTS[exercise]
+
+
 def _key(m) -> str:
-    return hashlib.sha1(m.source.encode()).hexdigest()[:16]
+    return hashlib.sha1(m.source.encode() + _checks_fingerprint(m.exercise).encode()).hexdigest()[:16]
 
 
 def load_cache() -> dict:

@@ -8,12 +8,14 @@ query, k, key(s), v, value(s), mask, scores are inferred; a contract gives the o
 that has what it needs, with no reference (the grader rebuilds the cases where there is none):
 
 * ``large`` — scores past exp's range: ≈ 10³ in float32, past 709 in float64;
+* ``below_fill`` — scores far below any finite fill value (≈ −10¹⁰): a masked score filled with
+  −1e9, or a running max started at −1e9, would then lead;
 * ``masked_max`` — a masked key holding every row's largest score, by 2·10⁴ (more than any float's
   range);
 * ``zero_vectors`` — a zero query and a zero key among the real ones (no mask);
 * ``ties`` — two keys (or scores) equal;
 * ``fully_masked`` — a mask with a row that is False everywhere;
-* ``single`` — S_q = S_k = 1; ``cross`` — S_q ≠ S_k;
+* ``single`` — S_q = S_k = 1; ``cross`` — S_q < S_k and S_q > S_k (for each setting of a causal flag);
 * ``non_contiguous`` — every input transposed in memory, and one expanded (stride 0);
 * ``float64`` — float64 inputs (the output-dtype rule);
 * ``grad_large`` — a float64 gradient case at large |x|.
@@ -54,6 +56,8 @@ def planned_kinds(exercise) -> tuple:
     out = []
     if scoring and (fn or exercise.rescale is not None or "tokens" in kinds):
         out.append("large")
+    if "large" in out and "large" not in c.off and (fn or exercise.rescale is not None):
+        out.append("below_fill")
     if fn and "mask" in kinds and ("scores" in kinds or {"query", "key"} <= kinds):
         out.append("masked_max")
     if (fn and {"query", "key"} <= kinds) or "tokens" in kinds:
@@ -133,6 +137,29 @@ def _base(exercise, cases, need=(), pred=None):
         if all(_of_kind(exercise, case, k)[0] is not None for k in need) and (pred is None or pred(case)):
             return case
     return None
+
+
+def _flags(exercise, case) -> tuple:
+    """The case's boolean arguments (causal=True, ...): another setting of them runs other code."""
+    return tuple(sorted((n, v) for n, v in named_args(exercise, case).items() if isinstance(v, bool)))
+
+
+def _bases(exercise, cases, need=(), pred=None, limit: int = 3) -> list:
+    """The first plain case with what a kind needs for each setting of the boolean arguments (a
+    causal flag), at most ``limit``."""
+    out, seen = [], set()
+    for case in cases:
+        if len(out) >= limit:
+            break
+        if not _plain_base(case) or not all(_of_kind(exercise, case, k)[0] is not None for k in need):
+            continue
+        if pred is not None and not pred(case):
+            continue
+        flags = _flags(exercise, case)
+        if flags not in seen:
+            seen.add(flags)
+            out.append(case)
+    return out
 
 
 def _scores(exercise, case):
@@ -222,6 +249,54 @@ def _run_module_float64(cls, case):
 
     load_state_strict(module, case.init["state"], cls.__name__)
     return module(*case.args, **case.kwargs)
+
+
+BELOW = 1e10  # scores this far below zero: a finite fill value (-1e9, -1e4) would then be the largest score
+
+
+def _below_fill(exercise, cases):
+    """Scores far below any finite fill value: a masked score set to -1e9 (or a running max started
+    at -1e9) would then lead. Scores given: every one shifted by -10¹⁰ (float64). Queries and keys
+    given: every query gets +a·u and every key -a·u along one direction u, so that every score is
+    about -10¹⁰ and their differences are kept (float64). A module with a rescale: its scores
+    multiplied up to |scores| ≈ 10¹⁰ (the rows whose visible scores are all negative then lie far
+    below -1e9)."""
+    base = _base(exercise, cases, need=("scores",))
+    if base is not None and _of_kind(exercise, base, "scores")[1].is_floating_point():
+        case = _to_dtype(exercise, base, F64)
+        name, s = _of_kind(exercise, case, "scores")
+        return [("every score shifted by −10¹⁰ (float64), far below any finite fill value such as −1e9",
+                 with_args(exercise, case, **{name: s - BELOW}))]
+    bases = _bases(exercise, cases, need=("query", "key"),
+                   pred=lambda c: _of_kind(exercise, c, "query")[1].shape[-1] == _of_kind(exercise, c, "key")[1].shape[-1])
+    if bases and exercise.kind == "function":
+        out = []
+        for base in bases:  # one per setting of the boolean arguments (a causal mask is filled too)
+            case = _to_dtype(exercise, base, F64)
+            q_name, q = _of_kind(exercise, case, "query")
+            k_name, k = _of_kind(exercise, case, "key")
+            d = q.shape[-1]
+            g = torch.Generator().manual_seed(11)
+            u = torch.randn(d, generator=g, dtype=F64)
+            u = u / u.norm()
+            a = math.sqrt(BELOW * math.sqrt(d))  # q·k / sqrt(d) gets -a²/sqrt(d) = -10¹⁰
+            q = q - (q @ u)[..., None] * u + a * u
+            k = k - (k @ u)[..., None] * u - a * u
+            # q·k sums terms of 10¹⁰: their rounding (~10⁻⁶) differs with the order of the sum, so the
+            # weights agree to ~10⁻⁶ only (a fill mistake is off by O(1))
+            out.append(("every score ≈ −10¹⁰ (float64: each query +a·u, each key −a·u), far below any finite fill "
+                        "value such as −1e9", replace(with_args(exercise, case, **{q_name: q, k_name: k}), tol=(1e-4, 1e-3))))
+        return out
+    if exercise.rescale is None:
+        return []
+    base = _base(exercise, cases, pred=lambda c: c.init.get("state") is not None or exercise.kind == "function")
+    if base is None:
+        return []
+    s = _scores(exercise, base)
+    top = float(s.abs().max()) if s is not None and s.numel() else 3.0
+    scaled = exercise.rescale(base, BELOW / max(top, 1e-3))
+    return [("|scores| ≈ 10¹⁰: rows whose visible scores are all negative lie far below any finite fill value "
+             "such as −1e9", replace(scaled, tol=(1e-4, 1e-3)))]
 
 
 def _masked_max(exercise, cases):
@@ -350,11 +425,12 @@ def _cross(exercise, cases):
         _, k = _of_kind(exercise, c, "key")
         return q.shape[-2], (k.shape[-2] if k is not None else q.shape[-2])
 
-    base = _base(exercise, cases, need=("query", "key"), pred=lambda c: min(sizes(c)) >= 3)
-    if base is None:
-        return []
-    s_q, s_k = sizes(base)
-    return [("S_q ≠ S_k", _narrow(exercise, base, s_q - 2 if s_q <= s_k else None, s_k - 2 if s_q > s_k else None))]
+    out = []
+    for base in _bases(exercise, cases, need=("query", "key"), pred=lambda c: min(sizes(c)) >= 3):
+        s_q, s_k = sizes(base)  # both ways: S_q < S_k, and S_q > S_k (with a causal flag: queries that see no key)
+        out.append(("S_q < S_k", _narrow(exercise, base, min(s_q, s_k - 2), None)))
+        out.append(("S_q > S_k", _narrow(exercise, base, None, min(s_k, s_q - 2))))
+    return out
 
 
 def _reversed_in_memory(t: torch.Tensor) -> torch.Tensor:
@@ -416,7 +492,7 @@ def _grad_large(exercise, cases):
     return [] if scaled is None else [("float64 gradients at |scores| ≈ 10³ (past exp's range)", scaled)]
 
 
-KINDS = {"large": _large, "masked_max": _masked_max, "zero_vectors": _zero_vectors, "ties": _ties,
+KINDS = {"large": _large, "below_fill": _below_fill, "masked_max": _masked_max, "zero_vectors": _zero_vectors, "ties": _ties,
          "fully_masked": _fully_masked, "single": _single, "cross": _cross, "non_contiguous": _non_contiguous,
          "float64": _float64, "grad_large": _grad_large}
 _DISABLED: set = set()  # kinds and guards switched off (tests prove what each one kills)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from .. import reference as ref
 from ._contract import Contract
-from ._contract import Dropout
+from ._contract import Dropout, raises_somewhere
 from ._core import Case, Exercise, Mutant, Variant, build_module, generator, layout_judge, parameter_layout, randn, rng
 from ._forbid import MHA, SDPA
 from ._guards import STATE, dropout_hint
@@ -751,13 +751,12 @@ MHA_EXERCISE_VARIANTS = [Variant("other_parameter_order_einsum_assert", _VMHAEin
 
 
 def _indivisible_tip(cls) -> str | None:
-    """Not graded: d_model not divisible by num_heads is a caller's bug."""
-    try:
-        cls(10, 3)
-    except Exception:  # noqa: BLE001 - ValueError, assert, anything clear is fine
+    """Not graded: d_model not divisible by num_heads is a caller's bug. The tip reads the code (a
+    raise or an assert): it never builds the module outside the contract."""
+    if raises_somewhere(cls) is not False:
         return None
-    return ("MultiHeadAttention(10, num_heads=3) was built without complaint: d_model // num_heads would drop "
-            "features, so a clear error (ValueError or assert) when d_model % num_heads != 0 helps.")
+    return ("MultiHeadAttention has no raise or assert: d_model // num_heads would drop features when "
+            "d_model % num_heads != 0, so a clear error (ValueError or assert) there helps.")
 
 
 MHA_EXERCISE = Exercise(
@@ -822,6 +821,12 @@ def _head_cases(seed: int, method: str) -> list:
         init = {"ctor": (H * D_h, H), "seed": seed}
         ctor = f"MultiHeadAttention({H * D_h}, num_heads={H})"
         cases.append(Case(f"{label}: {ctor}.{method}_heads(x {tuple(x.shape)})", (x,), init=init))
+    # gradients through the reshuffle (a leaf input that requires grad: x.view(...).transpose_(...) fails on it)
+    B, S, H, D_h = 2, 3, 2, 2
+    x = randn(B, S, H * D_h, gen=g, dtype=F64) if method == "split" else randn(B, H, S, D_h, gen=g, dtype=F64)
+    ctor = f"MultiHeadAttention({H * D_h}, num_heads={H})"
+    cases.append(Case(f"gradients (float64), x a leaf that requires grad: {ctor}.{method}_heads(x {tuple(x.shape)})",
+                      (x,), init={"ctor": (H * D_h, H), "seed": seed}, grad=True))
     return cases
 
 
@@ -907,9 +912,11 @@ check_split_heads = register(Exercise(
     make_cases=lambda seed: _head_cases(seed, "split"),
     kind="class",
     run=_run_method("split_heads"),
+    input_names=("x",),
     mutants=SPLIT_MUTANTS,
     variants=MHA_EXERCISE_VARIANTS,
-    contract=Contract("""(B, S, d_model) -> (B, H, S, D_h), H = num_heads: head h gets the features h·D_h ... (h+1)·D_h - 1.""", kinds={"x": "tensor"}),
+    contract=Contract("""(B, S, d_model) -> (B, H, S, D_h), H = num_heads: head h gets the features h·D_h ... (h+1)·D_h - 1.""",
+                      grad="x", kinds={"x": "tensor"}),
 ))
 check_merge_heads = register(Exercise(
     name="merge_heads",
@@ -917,7 +924,9 @@ check_merge_heads = register(Exercise(
     make_cases=lambda seed: _head_cases(seed, "merge"),
     kind="class",
     run=_run_method("merge_heads"),
+    input_names=("x",),
     mutants=MERGE_MUTANTS,
     variants=MHA_EXERCISE_VARIANTS,
-    contract=Contract("""(B, H, S, D_h) -> (B, S, d_model), the inverse of split_heads: head h fills the features h·D_h ... (h+1)·D_h - 1.""", kinds={"x": "tensor"}),
+    contract=Contract("""(B, H, S, D_h) -> (B, S, d_model), the inverse of split_heads: head h fills the features h·D_h ... (h+1)·D_h - 1.""",
+                      grad="x", kinds={"x": "tensor"}),
 ))

@@ -528,6 +528,45 @@ def _causal(s):
     return torch.ones(s, s, dtype=torch.bool).tril()
 
 
+# Training-mode dropout probe: every weight 0, so each sub-layer's output is its last bias whatever
+# its input (and whatever its own dropout drops inside): self_attn gives 1 on the first third of the
+# features, cross_attn on the second, ffn on the last. With x = 0 the layer's output shows the
+# dropout of each sub-layer's output directly: 0 where an entry was dropped, 1/(1 - p) where kept.
+_DEC_B, _DEC_S, _DEC_D, _DEC_H = 4, 16, 12, 2
+DEC_DROPOUT_IGNORED = ("in training mode no entry of the sub-layers' outputs was dropped: apply dropout to each "
+                       "sub-layer's output before adding it to the stream, x = x + dropout(self_attn(...)), "
+                       "and the same for cross_attn and ffn.")
+
+
+def _decoder_dropout_state() -> dict:
+    module = unguarded(ref.DecoderLayer)(_DEC_D, _DEC_H, 4)
+    state = {k: torch.zeros_like(v) for k, v in module.state_dict().items()}
+    third = _DEC_D // 3
+    for i, name in enumerate(("self_attn.W_o.bias", "cross_attn.W_o.bias", "ffn.linear2.bias")):
+        state[name][i * third:(i + 1) * third] = 1.0
+    for i in (1, 2, 3):
+        state[f"norm{i}.weight"] = torch.ones(_DEC_D)
+    return state
+
+
+def _decoder_dropout_probe(p: float, seed: int) -> Case:
+    x, memory = torch.zeros(_DEC_B, _DEC_S, _DEC_D), torch.zeros(_DEC_B, 5, _DEC_D)
+    return Case(f"x = 0 {tuple(x.shape)}, memory = 0 {tuple(memory.shape)}, DecoderLayer({_DEC_D}, {_DEC_H}, 4, "
+                f"dropout={p:g}), every weight 0: self_attn, cross_attn and ffn each output 1 on a third of the "
+                "features (their biases)", (x, memory),
+                init={"ctor": (_DEC_D, _DEC_H, 4), "ctor_kwargs": {"dropout": p}, "seed": seed,
+                      "state": _decoder_dropout_state()})
+
+
+def _decoder_dropout_values(case: Case, got):
+    return got[0]  # x: 0 + each sub-layer's (dropped) output, one third of the features each
+
+
+DECODER_DROPOUT = Dropout(on="each entry of a sub-layer's output before it is added to x",
+                          what="sub-layer outputs", ctor="dropout", probe=_decoder_dropout_probe,
+                          values=_decoder_dropout_values, hints={"ignored": DEC_DROPOUT_IGNORED})
+
+
 def _decoder_cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
@@ -723,10 +762,11 @@ class _VDecoderOwnParts(nn.Module):
 
 
 class _VDecoderFloat64(nn.Module):
-    """The parts in float64 inside, the result cast back; no separate dropout module."""
+    """The parts in float64 inside, the result cast back; no separate dropout module (F.dropout)."""
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
+        self.p = dropout
         self.self_attn = _VMultiHeadAttention(d_model, num_heads, dropout)
         self.cross_attn = _VMultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = _VFeedForwardEinsum(d_model, d_ff, dropout)
@@ -737,11 +777,14 @@ class _VDecoderFloat64(nn.Module):
         self.double()
         try:
             x, memory = x.double(), memory.double()
+            def drop(t):
+                return F.dropout(t, self.p, training=self.training)
+
             h = self.norm1(x)
-            x = x + self.self_attn(h, h, h, tgt_mask)[0]
+            x = x + drop(self.self_attn(h, h, h, tgt_mask)[0])
             a, w = self.cross_attn(self.norm2(x), memory, memory, src_mask)
-            x = x + a
-            x = x + self.ffn(self.norm3(x))
+            x = x + drop(a)
+            x = x + drop(self.ffn(self.norm3(x)))
         finally:
             self.to(dtype)
         return x.to(dtype), w.to(dtype)
@@ -775,6 +818,7 @@ DECODER_EXERCISE = Exercise(
         returns x (B, S_t, d_model) and the cross-attention weights (B, H, S_t, S_s)
     A source that is all padding gives zero cross-attention weights. Dropout acts in training
     mode only (the check calls model.eval()).
-    """, forbid=(MHA,), grad="x, memory and every parameter", kinds={"x": "tokens", "src_mask": "mask", "tgt_mask": "mask"}),
+    """, forbid=(MHA,), grad="x, memory and every parameter", kinds={"x": "tokens", "src_mask": "mask", "tgt_mask": "mask"},
+        dropout=DECODER_DROPOUT),
 )
 check_DecoderLayer = register(DECODER_EXERCISE)

@@ -2,9 +2,9 @@
 import torch
 
 from .. import reference as ref
-from ._contract import Contract
+from ._contract import Contract, raises_somewhere
 from ._core import Case, Exercise, Mutant, Variant, generator, randn, rng
-from ._guards import DTYPE
+from ._guards import DTYPE, SHARED
 from ._registry import register
 
 __all__ = ["check_rope_angles", "check_apply_rope"]
@@ -118,7 +118,11 @@ ANGLE_EXERCISE = Exercise(
     mutants=ANGLE_MUTANTS,
     variants=[Variant("float32_outer", _v_angles_float32), Variant("python_loops_float64", _v_angles_loops, demo=True),
               Variant("exp_log", _v_angles_exp_log)],
-    # float32 angles m·θ up to ~40 rad carry ~4e-6 of round-off: the default tolerance covers it
+    # float32 angles carry a few float32 roundings (≤ ~3e-6 relative: exp(log) forms of base^(−2i/dim)
+    # at base 500000 the most): 2e-5 relative covers every float32 way of computing them, and still
+    # tells a base off by 1 in 10⁴ (base^(−2i/dim) then moves by (2i/dim)·10⁻⁴ relative)
+    atol=1e-6,
+    rtol=2e-5,
     contract=Contract("""RoPE rotation angles: angle[m, i] = m · θ_i with θ_i = base^(−2i/dim).
 
     seq_len: int, positions m = 0 … seq_len − 1;  dim: int, even, the head dim;
@@ -162,6 +166,9 @@ def _rope_cases(seed: int) -> list:
     add("a single position (S = 1)", (2, 1, 6))
     add("large-magnitude inputs (|x| ~ 100)", (2, 5, 8), scale=100.0)
     add("float64 input (the output keeps x's dtype)", (2, 3, 6), positions=torch.tensor([0, 9, 40]), dtype=F64)
+    add("negative positions (a rotation back)", (2, 6, 8), positions=torch.tensor([-3, 0, 5, -40, -1, 12]))
+    add("every position 0 (no rotation: the output equals x, as a new tensor)", (2, 4, 6),
+        positions=torch.zeros(4, dtype=torch.long))
     for i in range(4):  # random shapes; positions ≤ 100 keep float32 angle round-off small
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))
         s, d = r.randint(1, 12), 2 * r.randint(1, 8)
@@ -211,6 +218,24 @@ def _rope_rotate_half_sign(x, positions=None, base=10000.0):
 
 
 
+def _rope_table_lookup(x, positions=None, base=10000.0):
+    """A table of angles for positions 0 … max, indexed by the positions: a negative one wraps around."""
+    S, D = x.shape[-2], x.shape[-1]
+    positions = torch.arange(S) if positions is None else positions
+    table = _angles(torch.arange(int(positions.abs().max()) + 1), D, base)  # (max + 1, D/2)
+    angles = table[positions]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+def _rope_returns_x_unrotated(x, positions=None, base=10000.0):
+    """A shortcut: nothing to rotate, so x itself is returned."""
+    if positions is not None and not bool(positions.any()):
+        return x
+    return _rope(x, positions, base)
+
+
 def _rope_half_dim(x, positions=None, base=10000.0):
     S, D = x.shape[-2], x.shape[-1]
     positions = torch.arange(S) if positions is None else positions
@@ -248,6 +273,10 @@ ROPE_MUTANTS = [
            "both features of pair i, x[2i] and x[2i+1], are rotated by the same angle[pos, i].", _rope_mixed_conventions),
     Mutant("theta_with_half_dim", "the frequencies were computed with dim = D/2 (the number of pairs) instead of "
            "D: θ_i = base^(−2i/D) with D = x.size(-1), the head dim.", _rope_half_dim),
+    Mutant("table_indexed_by_position", "the angles were looked up in a table indexed by the positions "
+           "(table[positions]): a negative position indexes from the end of the table. Compute angle = m · θ_i "
+           "from the positions themselves; a negative m rotates backwards.", _rope_table_lookup),
+    Mutant("returns_x_itself", f"apply_rope {SHARED.format(name='x')}", _rope_returns_x_unrotated),
     Mutant("float32_output", DTYPE.format(got="float32", want="float64"), _rope_float32_out),
     Mutant("float64_output", DTYPE.format(got="float64", want="float32"), _rope_float64_out),
     Mutant("seq_len_from_dim_1", "the sequence length was read from x.size(1): with x (..., S, D) it is x.size(-2) "
@@ -292,13 +321,12 @@ def _v_rope_rotation_matrices(x, positions=None, base=10000.0):
 
 
 def _odd_d_tip(fn) -> str | None:
-    """Not graded: an odd head dim has no pairs to rotate; a clear error helps the learner later."""
-    try:
-        fn(torch.zeros(2, 3, 5))
-    except Exception:  # noqa: BLE001 - any error is fine
+    """Not graded: an odd head dim has no pairs to rotate; a clear error helps the learner later. The
+    tip reads the code (a raise or an assert): it never calls it on an odd D, outside the contract."""
+    if raises_somewhere(fn) is not False:
         return None
-    return ("apply_rope returned a result for x (2, 3, 5) (odd D): RoPE rotates pairs of features, "
-            "so a clear error (ValueError or assert) when D is odd would catch a wrong shape early.")
+    return ("apply_rope has no raise or assert: RoPE rotates pairs of features, so a clear error (ValueError "
+            "or assert) for an odd D would catch a wrong shape early.")
 
 
 ROPE_EXERCISE = Exercise(
@@ -319,9 +347,11 @@ ROPE_EXERCISE = Exercise(
     contract=Contract("""Rotate each interleaved pair (x[..., 2i], x[..., 2i+1]) by angle[positions[s], i].
 
     x: (..., S, D), D even   positions: long (S,), default arange(S)   base: float
+    positions are any integers, negative ones too (a rotation back); the check uses |m| ≤ 100,
+    where angles computed in float32 are accurate enough.
     angle[m, i] = m · base^(−2i/dim) with dim = D (as in rope_angles).
     For a pair (a, b) and angle t: (a cos t − b sin t, a sin t + b cos t), a rotation by +t.
-    Returns a tensor (..., S, D), same dtype as x.
-    """, grad="x", kinds={"x": "tensor"}),
+    Returns a new tensor (..., S, D), same dtype as x.
+    """, grad="x", kinds={"x": "tensor"}, fresh=True),
 )
 check_apply_rope = register(ROPE_EXERCISE)

@@ -18,6 +18,7 @@ A :class:`Contract` holds
     least two);
   - ``Pure()`` — inputs (values, shape, strides, storage offset; lists, dicts; a module's
     parameters) are never modified;
+  - ``Fresh()`` — the output never shares memory with an input (``Contract.fresh``);
   - ``SameDtype()`` — the output has the floating inputs' dtype (the course-wide default);
   - ``Stateless()`` — a second call with the same inputs and random state gives the same result;
   - ``Adversarial(kinds)`` — the inputs the core derives from the kinds of the arguments (stated,
@@ -119,7 +120,7 @@ class Dropout(Rule):
     consistent: Callable | None = None
     hints: dict = field(default_factory=dict)
     ps: tuple = (0.1, 0.8)
-    enforcer = "_guards.dropout_cases (judged probes at p = 0, 0.1, 0.8)"
+    enforcer = "_guards.dropout_cases (judged probes at p = 0, 0.1, 0.8; backward at 0.8)"
 
     @property
     def name(self) -> str:
@@ -130,7 +131,7 @@ class Dropout(Rule):
         mode = "" if self.arg else ", in training mode only (model.train())"
         return _wrap(f"{p} is the probability of dropping (zeroing) {self.on}{mode}, not of keeping it; the kept "
                      f"ones are multiplied by exactly 1/(1 - {p}). Judged at {p} = 0, "
-                     f"{' and '.join(f'{x:g}' for x in self.ps)}.")
+                     f"{' and '.join(f'{x:g}' for x in self.ps)}, and trained through (backward) at {self.ps[-1]:g}.")
 
     def prompt(self, contract):
         p = self.name
@@ -138,7 +139,9 @@ class Dropout(Rule):
         return (f"**Dropout:** `{p}` is the probability of *dropping* (zeroing) {self.on}{mode} — not of keeping "
                 f"it — and every kept value is multiplied by exactly `1/(1 - {p})` (what `F.dropout` and `nn.Dropout` "
                 f"do). The check runs `{p}` = 0, {' and '.join(f'{x:g}' for x in self.ps)}: the share dropped must be "
-                f"within statistical bounds of `{p}`, and the kept values exactly rescaled.")
+                f"within statistical bounds of `{p}`, and the kept values exactly rescaled. Training through it must "
+                f"work: the check also runs backward at `{p}` = {self.ps[-1]:g} (no `inplace=True` dropout on a tensor "
+                "autograd saved, such as a softmax's or a ReLU's output).")
 
 
 @dataclass
@@ -187,18 +190,37 @@ class Cost(Rule):
 @dataclass
 class Pure(Rule):
     """Inputs are never modified: values, shape, strides, storage offset; lists and dicts; the
-    parameters of a module."""
+    parameters of a module; what a function argument (``score_fn``) returns."""
 
-    enforcer = "_guards.observe / _guards.judge_guards (the inputs after every call)"
+    enforcer = "_guards.observe / _guards.judge_guards (the inputs after every call; _guards.Watched)"
 
     def doc(self, contract):
         return "inputs never modified"
 
     def prompt(self, contract):
+        fns = sorted(set(re.findall(r"\b(\w+_fn)\(", contract.text())))  # function arguments: score_fn(...)
+        also = (f" What {' and '.join(f'`{f}`' for f in fns)} returns is the caller's too: never modified "
+                "either (it may be cached, or saved by autograd)." if fns else "")
         return ("**Inputs are never modified:** after every call the check compares each argument with what it "
                 "passed — a tensor's values, shape, strides and storage offset, a list's or dict's items, a "
                 "module's parameters. `x.mul_(...)`, `x *= ...`, `x[...] = ...`, `x.unsqueeze_(...)`, "
-                "`inplace=True` on an argument, or `list.reverse()` on the caller's list, all fail.")
+                "`inplace=True` on an argument, or `list.reverse()` on the caller's list, all fail." + also)
+
+
+@dataclass
+class Fresh(Rule):
+    """The output is a new tensor: it never shares memory with an input (not the input itself, nor a
+    view of it), even where its values equal the input's."""
+
+    enforcer = "_guards.observation (__shares__) / _guards.judge_guards"
+
+    def doc(self, contract):
+        return "the output is a new tensor (never an input or a view of one)"
+
+    def prompt(self, contract):
+        return ("**A new output:** the output never shares memory with an input — not the input itself nor a view "
+                "of it, even where nothing changes (a rotation by 0): the caller may later edit one without the "
+                "other.")
 
 
 @dataclass
@@ -250,12 +272,14 @@ class Defaults(Rule):
 # The adversarial kinds the core derives from the arguments' kinds (``_adversarial.KINDS``).
 ADVERSARIAL_TEXT = {
     "large": "magnitudes past exp's range (|scores| ≈ 10³ in float32, past 709 in float64)",
+    "below_fill": ("scores far below any finite fill value (≈ −10¹⁰): mask scores, or start a running max, with `-inf` "
+                   "or the dtype's lowest value, not −1e9"),
     "masked_max": "a masked key holding the largest score by more than any float's range",
     "zero_vectors": "zero vectors among the real keys and queries",
     "ties": "tied scores",
     "fully_masked": "fully masked rows",
     "single": "S = 1",
-    "cross": "S_q ≠ S_k",
+    "cross": "S_q < S_k and S_q > S_k",
     "non_contiguous": "non-contiguous inputs (transposed, expanded)",
     "float64": "float64 inputs",
     "grad_large": "float64 gradients at large |x|",
@@ -277,8 +301,8 @@ class Adversarial(Rule):
                 + ". Each is a valid input of the contract above.")
 
 
-ENFORCERS = {kind: kind.enforcer for kind in (Forbid, Gradients, Dropout, Cost, Pure, SameDtype, Stateless, Defaults,
-                                              Adversarial)}
+ENFORCERS = {kind: kind.enforcer for kind in (Forbid, Gradients, Dropout, Cost, Pure, Fresh, SameDtype, Stateless,
+                                              Defaults, Adversarial)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -302,6 +326,7 @@ class Contract:
     pure: bool = True
     same_dtype: bool = True
     stateless: bool = True
+    fresh: bool = False  # the output never shares memory with an input (Fresh)
     kinds: dict = field(default_factory=dict)
     off: dict = field(default_factory=dict)
     scores: Callable | None = None
@@ -319,6 +344,8 @@ class Contract:
             out.append(Gradients(self.grad))
         if self.pure:
             out.append(Pure())
+        if self.fresh:
+            out.append(Fresh())
         if self.same_dtype:
             out.append(SameDtype())
         if self.stateless:
@@ -334,9 +361,9 @@ class Contract:
     def docstring(self) -> str:
         """The stub's docstring: the declaration's text, then one line (or a few) per typed rule."""
         lines = [self.text(), ""]
-        simple = [r for r in self.rules() if isinstance(r, (Pure, SameDtype, Stateless))]
+        simple = [r for r in self.rules() if isinstance(r, (Pure, Fresh, SameDtype, Stateless))]
         for r in self.rules():
-            if not isinstance(r, (Pure, SameDtype, Stateless)) and r.doc(self):
+            if not isinstance(r, (Pure, Fresh, SameDtype, Stateless)) and r.doc(self):
                 lines.append(r.doc(self))
         if simple:
             lines.append(_wrap("Also checked: " + "; ".join(r.doc(self) for r in simple) + "."))
@@ -357,6 +384,20 @@ class Contract:
             for name in m.group(1).split(", "):
                 found.setdefault(name, dims)
         return {**found, **self.shapes}
+
+
+def raises_somewhere(obj) -> bool | None:
+    """Whether the code of a function or class has a ``raise`` or an ``assert`` (None: no source to
+    read). The validation tips use it instead of calling the learner's code on inputs the contract
+    excludes: such a call may crash, hang, or print from C code (LAPACK's "On entry to DLASCL ...
+    illegal value") into a graded cell."""
+    import ast
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    return any(isinstance(node, (ast.Raise, ast.Assert)) for node in ast.walk(tree))
 
 
 BEGIN = "<!-- rules: {name} (generated by tools/render_contracts.py from utils/checks: do not edit) -->"

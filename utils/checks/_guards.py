@@ -11,8 +11,10 @@ Dropout's probes and judge are here too (``dropout_cases``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
+import types
 from dataclasses import replace
 
 import torch
@@ -21,6 +23,7 @@ import torch.nn as nn
 from ._compare import compare, describe
 
 OUT, INPUTS, LAYOUT, PARAMS, AGAIN = "__output__", "__inputs__", "__layout__", "__params__", "__again__"
+SHARES, RETURNED = "__shares__", "__returned__"
 _built = threading.local()
 
 
@@ -36,10 +39,50 @@ def clone_keep_layout(t: torch.Tensor) -> torch.Tensor:
     return out.set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
 
 
+class Watched:
+    """A function argument (``score_fn``), called through: each tensor it returns is kept with a copy,
+    so that the guards can tell whether the call then changed it in place. What a function passed
+    in returns belongs to the caller (it may be cached, or saved by autograd): like an input, it is
+    never modified."""
+
+    LIMIT = 64  # results kept per call of the exercise
+
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self.fn, self.returned = fn, []
+
+    def __call__(self, *args, **kwargs):
+        out = self.fn(*args, **kwargs)
+        for _, t in _tensor_paths(out, ""):
+            if len(self.returned) < self.LIMIT and t.layout == torch.strided:
+                self.returned.append((t, clone_keep_layout(t), layout(t)))
+        return out
+
+    def changed(self) -> str | None:
+        """How a returned tensor changed since it was returned, or None."""
+        for t, copy, before in self.returned:
+            if layout(t) != before:
+                return "its shape or strides changed"
+            now = t.detach()
+            if not _same_values(copy, now):
+                diff = ~((copy == now) | (torch.isnan(copy) & torch.isnan(now))) if copy.is_floating_point() else copy != now
+                return f"{int(diff.sum())} of its {diff.numel()} values changed"
+        return None
+
+
+def _watchable(obj) -> bool:
+    return isinstance(obj, (types.FunctionType, functools.partial))
+
+
 def clone_inputs(obj, depth: int = 0):
-    """Tuples, lists and dicts copied (tensors by ``clone_keep_layout``); anything else as it is."""
+    """Tuples, lists and dicts copied (tensors by ``clone_keep_layout``), plain functions watched
+    (``Watched``); anything else as it is."""
     if isinstance(obj, torch.Tensor) and not isinstance(obj, nn.Parameter):
         return clone_keep_layout(obj)
+    if depth == 0 and type(obj) in (tuple, list):  # the arguments themselves: functions among them watched
+        return type(obj)(Watched(v) if _watchable(v) else clone_inputs(v, depth + 1) for v in obj)
+    if depth == 0 and type(obj) is dict:
+        return {k: Watched(v) if _watchable(v) else clone_inputs(v, depth + 1) for k, v in obj.items()}
     if depth < 4 and type(obj) in (tuple, list):
         return type(obj)(clone_inputs(v, depth + 1) for v in obj)
     if depth < 4 and type(obj) is dict:
@@ -110,11 +153,29 @@ def observation(out, args, kwargs, before: list, modules: list, state: dict | No
     if not inputs:
         return result
     after = [layout(t) for _, t in _tensor_paths([args, kwargs], "")]
-    result.update({INPUTS: snapshot([args, kwargs]), LAYOUT: [b + a for b, a in zip(before, after)]})
+    result.update({INPUTS: snapshot([args, kwargs]), LAYOUT: [b + a for b, a in zip(before, after)],
+                   SHARES: _shared_inputs(out, args, kwargs)})
+    returned = [[f"[0][{i}]", v.changed()] for i, v in enumerate(args) if isinstance(v, Watched)]
+    returned += [[f"[1][{k!r}]", v.changed()] for k, v in kwargs.items() if isinstance(v, Watched)]
+    result[RETURNED] = [pair for pair in returned if pair[1]]
     if state and modules:
         params = dict(modules[0].named_parameters(remove_duplicate=False))
         result[PARAMS] = {k: params[k].detach().clone() for k in state if k in params}
     return result
+
+
+def _storage(t: torch.Tensor):
+    try:
+        st = t.untyped_storage()
+        return (st.data_ptr(), st.nbytes()) if st.nbytes() else None
+    except (RuntimeError, NotImplementedError):  # no storage (a meta or a wrapper tensor): shares nothing
+        return None
+
+
+def _shared_inputs(out, args, kwargs) -> list:
+    """The paths of the inputs whose memory an output tensor shares (the input itself, or a view)."""
+    outs = {_storage(t) for _, t in _tensor_paths(out, "")} - {None}
+    return [path for path, t in _tensor_paths([args, kwargs], "") if _storage(t) in outs]
 
 
 def split(got):
@@ -131,6 +192,8 @@ INPLACE = "changed its input {name} in place"
 PARAMS_CHANGED = "changed its parameter {name} during the forward pass"
 STATE = "called again with the same inputs (after a call on other inputs), it gave another result"
 DTYPE = "returned {got} for {want} inputs"
+SHARED = "returned a tensor that shares its memory with the input {name}"
+RETURNED_CHANGED = "changed in place the tensor that {name} returned"
 
 
 def _same_values(a, b) -> bool:
@@ -198,6 +261,21 @@ def judge_guards(exercise, case, out, obs: dict) -> str | None:
                 return (f"{name} {INPLACE.format(name=arg)}: its strides or storage offset changed (an in-place "
                         f"view op such as {arg}.t_(), {arg}.transpose_(...), {arg}.squeeze_() or {arg}.as_strided_(...)). "
                         f"Inputs are never modified.")
+    from ._adversarial import _DISABLED
+
+    changed = obs.get(RETURNED)
+    if isinstance(changed, list) and changed and isinstance(changed[0], list) and len(changed[0]) == 2:
+        arg = _path_name(str(changed[0][0]), _input_names(exercise, len(case.args)))
+        return (f"{name} {RETURNED_CHANGED.format(name=arg)}: {changed[0][1]}. What a function passed in returns "
+                f"belongs to the caller (it may be cached, or saved by autograd): build a new tensor "
+                f"(masked_fill, not masked_fill_ or item assignment).")
+    contract = getattr(exercise, "contract", None)
+    shared = obs.get(SHARES)
+    if getattr(contract, "fresh", False) and isinstance(shared, list) and shared and "fresh" not in _DISABLED:
+        arg = _path_name(str(shared[0]), _input_names(exercise, len(case.args)))
+        return (f"{name} {SHARED.format(name=arg)} ({arg} itself or a view of "
+                f"it): the output is a new tensor (e.g. {arg}.clone() where nothing moves), so that editing it "
+                f"later cannot change the caller's {arg}.")
     if PARAMS in obs:
         state = case.init.get("state") or {}
         for key, after in obs[PARAMS].items():
@@ -274,6 +352,10 @@ def explain_crash(exercise, err: BaseException) -> str:
     if "leaf Variable that requires grad is being used in an in-place operation" in text:
         return (f" ({exercise.name} {INPLACE.format(name='input')}: inputs are never modified, and the "
                 "gradient cases pass inputs that require grad)")
+    if "modified by an inplace operation" in text:
+        return (" (an in-place operation — dropout or an activation with inplace=True, x *= ..., x.masked_fill_(...) — "
+                "edited a tensor that autograd saved for the backward pass, so loss.backward() fails: build a new "
+                "tensor instead)")
     if "more than one element of the written-to tensor refers to a single memory location" in text:
         return (f" ({exercise.name} {INPLACE.format(name='input')}: an expanded input shares its memory; "
                 "inputs are never modified)")
@@ -385,6 +467,55 @@ class DropoutProbe:
         return self.judge_at(self.case, got)
 
 
+def run_training_grads(impl, case):
+    """A dropout probe with gradients: the module built and switched to training mode (or the
+    function called), every floating input a leaf that requires grad, then the gradients of a
+    fixed random loss of the floating outputs with respect to the inputs (and the parameters).
+    Returns {"output": the output, "gradients": [dL/d(each), ...]}: training through a dropout
+    must work (an in-place dropout on a tensor autograd saved makes ``backward`` fail)."""
+    from ._model import build_module, loss_weights
+
+    def leaf(t):
+        return t.detach().clone().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+    args, kwargs = tuple(leaf(a) for a in case.args), {k: leaf(v) for k, v in case.kwargs.items()}
+    targets = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad]
+    with torch.enable_grad():
+        if isinstance(impl, type):
+            module = build_module(impl, case)
+            module.train()
+            targets += [p for p in module.parameters() if p.requires_grad]
+            out = module(*args, **kwargs)
+        else:
+            out = impl(*args, **kwargs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        floats = [o for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad]
+        if not floats:
+            return {"output": out, "gradients": []}
+        loss = sum((o * w).sum() for o, w in zip(floats, loss_weights(floats)))
+        grads = torch.autograd.grad(loss, targets, allow_unused=True)
+    return {"output": out, "gradients": [torch.zeros(0) if g is None else g for g in grads]}
+
+
+class DropoutGradProbe(DropoutProbe):
+    """The judge of the probe with gradients: the gradients are finite, and the output is judged
+    like the plain probe's (``case``: the plain probe, without gradients)."""
+
+    def __init__(self, exercise, case, p):
+        super().__init__(exercise, case, p)
+        self.name, self.p = exercise.contract.dropout.name, p
+
+    def __call__(self, got):
+        if not (isinstance(got, dict) and "output" in got and isinstance(got.get("gradients"), list)):
+            return f"with {self.name} = {self.p:g} and gradients, the result could not be read; got {describe(got)}."
+        if not got["gradients"]:
+            return (f"with {self.name} = {self.p:g} in training mode, the output does not depend on the inputs through "
+                    "autograd: no gradient reaches them.")
+        if any(isinstance(g, torch.Tensor) and not bool(torch.isfinite(g).all()) for g in got["gradients"]):
+            return f"with {self.name} = {self.p:g} in training mode, some gradients are NaN or infinite."
+        return self.judge_at(self.case, got["output"])
+
+
 def dropout_cases(exercise, seed: int) -> list:
     """The probes of a declared dropout: p = 0 compared with the reference (training mode for a
     module), then one judged case per p of the declaration."""
@@ -402,4 +533,9 @@ def dropout_cases(exercise, seed: int) -> list:
         else:
             c = replace(case, label=label)
             cases.append(replace(c, judge=DropoutProbe(exercise, c, p)))
+    # training through the dropout: backward runs (no in-place dropout on a tensor autograd saved)
+    p = rule.ps[-1]
+    plain = cases[-1]
+    cases.append(replace(plain, label=f"training with gradients (backward through the dropout), {plain.label}",
+                         run=run_training_grads, judge=DropoutGradProbe(exercise, plain, p)))
     return cases
