@@ -288,3 +288,33 @@ def test_flash_gradients_of_queries_that_see_no_key_are_zero():
 
     msg = _verdict("flash_attention", where_without_safe_max)
     assert msg and "gradients (float64), causal, S_q > S_k" in msg and "NaN" in msg, msg
+
+
+# ---------------------------------------------------------------- 11: what issue 24 added
+def test_elu_gradient_past_exps_range_is_compared():
+    """φ = torch.where(x > 0, x + 1, torch.exp(x)) has the right values everywhere but a NaN gradient
+    past exp's range (0 · inf in the branch where does not pick): a float64 gradient case at
+    |x| ≥ 100 and beyond 709 rejects it and names it; exp(x.clamp(max=0)) passes."""
+    from utils.checks._ch11 import WHERE_EXP_EVERYWHERE
+
+    msg = _verdict("elu_feature_map", lambda x: torch.where(x > 0, x + 1, torch.exp(x)))
+    assert msg and "past exp's range" in msg and "NaN" in msg and WHERE_EXP_EVERYWHERE in msg
+    assert _verdict("elu_feature_map", lambda x: torch.where(x > 0, x + 1, torch.exp(x.clamp(max=0)))) is None
+
+
+def test_linear_attention_work_is_counted_at_two_sizes():
+    """Row blocks of φ(q)φ(k)ᵀ hold no tensor above the memory budget, and a quadratic path taken only
+    for short inputs never meets the S = 512 and 2048 memory cases: the work budget at S = 64 and 512
+    (4·S·D·(D_v + 1) multiply-adds) rejects both."""
+    from utils.checks._ch11 import QUADRATIC_WORK, _linear, _quadratic
+
+    ex = EXERCISES["linear_attention"]
+    work = [c for c in ex.make_cases(ex.default_seed) if c.budget is not None and c.budget.work]
+    assert sorted({c.args[0].size(-2) for c in work}) == [64, 512]
+
+    def short_inputs_quadratic(q, k, v, eps=1e-6):
+        return _quadratic(q, k, v, eps) if q.size(-2) <= 256 else _linear(q, k, v, eps)
+
+    for impl in (next(m.impl for m in ex.mutants if m.name == "quadratic_in_row_blocks_of_16"), short_inputs_quadratic):
+        msg = _verdict("linear_attention", impl)
+        assert msg and "multiply-adds" in msg and QUADRATIC_WORK in msg, msg
