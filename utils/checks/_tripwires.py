@@ -78,7 +78,6 @@ class _Tripwire(TorchFunctionMode):
                 self.table[f] = group.label
         self.budget = budget
         self.deadline = None
-        self.calls = 0
         self.live = None  # a _LiveCount while live_budget is active
         if budget is not None and budget.seconds is not None:
             # CPU time of this thread, never raised inside an import (utils._clock.Deadline).
@@ -101,12 +100,8 @@ class _Tripwire(TorchFunctionMode):
         if b is None and self.live is None:
             return func(*args, **kwargs)
         limit = b.numel if b is not None else None
-        if b is not None and self.deadline is not None:
-            # the clock is read every 16th call (reading it cost a third of a budget case's overhead):
-            # a single call of a check's small inputs takes far less than the 1 s the alarm adds
-            self.calls += 1
-            if not self.calls & 15 and self.deadline.passed():
-                raise BudgetExceeded(f"it used more than {b.seconds:g} s of CPU time on a small input")
+        if b is not None and self.deadline is not None and self.deadline.passed():
+            raise BudgetExceeded(f"it used more than {b.seconds:g} s of CPU time on a small input")
         if limit is not None and (len(args) >= 2 or func in _FACTORY_FUNCS):
             est = _estimate_numel(func, args, kwargs)
             if est > limit:
