@@ -583,7 +583,8 @@ def _flash_cases(seed: int) -> list:
 def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, rescale_l=True, divide_by_l=True,
                    lse_adds_max=True, top_left=False, floor_key_blocks=False, skip_off_by_one=False,
                    mask_inside=True, skip_blocks=True, scale=None, safe=True, max_before_mask=False, m0=NEG_INF,
-                   hide_diagonal=False, score_hidden=False, skip_first_query=False, ratio_of_exps=False):
+                   hide_diagonal=False, score_hidden=False, skip_first_query=False, ratio_of_exps=False,
+                   guarded_end=False):
     """A tiled attention with one switch per known mistake (all off = correct)."""
     s_q, s_k = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -618,7 +619,7 @@ def _flash_variant(q, k, v, block_size=64, causal=False, *, rescale_acc=True, re
             l = (alpha * l if rescale_l else l) + p.sum(-1)
             acc = (alpha[..., None] * acc if rescale_acc else acc) + p @ v_blk
             m = m_new
-        if not safe:  # the textbook ending, no guard for queries that see no key
+        if not safe and not guarded_end:  # the textbook ending, no guard for queries that see no key
             outs.append(acc / l[..., None])
             lses.append(m + torch.log(l))
             continue
@@ -775,6 +776,10 @@ FIRST_QUERY_SKIP = ("the causal block skipping tested the block's first query: a
 RATIO_OF_EXPS_FLASH = ("the rescale factor was computed as exp(m_old) / exp(m_new): each exp overflows to inf once a "
                        "running max passes 88 (float32; 709 in float64) and inf / inf is NaN; compute it as one exp of "
                        "the difference, exp(m_old - m_new), which is at most 1.")
+NAN_GRAD_NO_KEY = ("queries that see no key got NaN gradients (their output and lse are right): while a query's "
+                   "running max is -inf, exp(s - m) and exp(m_old - m_new) are exp(-inf + inf) = NaN, and a NaN in "
+                   "the branch a torch.where does not pick still reaches the backward pass (0 · NaN = NaN); subtract "
+                   "a safe max (0 while m is -inf) and divide by a safe l (1 where l = 0).")
 NAN_NO_KEY = ("a query that sees no key (causal with S_q > S_k) gave NaN: while its running max is -inf, "
               "exp(m_old - m_new) is exp(-inf + inf) = NaN and acc / l is 0 / 0; subtract a safe max and "
               "give such a query a zero output and lse = -inf.")
@@ -802,6 +807,7 @@ FLASH_MUTANTS = [
            "fully masked key blocks were skipped but the blocks on the diagonal were not masked: inside a block, set the scores of keys j > i + S_k - S_q to -inf.",
            _switch(mask_inside=False)),
     Mutant("nan_for_queries_that_see_no_key", NAN_NO_KEY, _switch(safe=False)),
+    Mutant("nan_gradients_for_queries_that_see_no_key", NAN_GRAD_NO_KEY, _switch(safe=False, guarded_end=True)),
     Mutant("max_before_causal_mask",
            "the running max was taken over the scores before the causal mask: a masked (future) key with a "
            "large score then sets m, and exp(s - m) underflows to 0 for every visible key; mask first "
