@@ -194,11 +194,12 @@ def _run_twice(fn, case: Case):
 
 
 def _dropout_probe(p: float, seed: int) -> Case:
-    """q, k (2, 64, 8) and v all ones: out is the row sums of the dropped weights; called twice."""
+    """q, k (2, 64, 8) and v all ones: out is the row sums of the dropped weights; called twice at p > 0."""
     g = generator(1234)
     q, k = randn(2, 64, 8, gen=g), randn(2, 64, 8, gen=g)
-    return Case("q, k (2, 64, 8), v all ones (2, 64, 1), called twice", (q, k, torch.ones(2, 64, 1)),
-                {"dropout_p": p}, run=_run_twice)
+    twice = p > 0  # (the p = 0 probe is compared with the reference, and also left out as the default)
+    return Case("q, k (2, 64, 8), v all ones (2, 64, 1)" + (", called twice" if twice else ""),
+                (q, k, torch.ones(2, 64, 1)), {"dropout_p": p}, run=_run_twice if twice else None)
 
 
 DROPOUT_SAME_EVERY_CALL = ("every call drew the same dropout mask (a generator seeded inside the function, or a mask "
