@@ -1,7 +1,9 @@
 """Chapter 11-13 checks: behaviour that tests/test_checks.py does not reach generically.
 
-- the memory budgets of linear, causal linear and flash attention are large-S cases (2048 and 1024)
-  that allow at most S²/8 and S²/4 elements, and a quadratic answer fails fast with the budget's sentence;
+- the memory budgets of linear, causal linear and flash attention are large-S cases (2048 and 1024;
+  flash also S_q = 128 against S_k = 4096) that allow at most S²/8 and S_q·S_k/4 elements, and a
+  quadratic answer fails fast with the budget's sentence; flash attention's also counts everything
+  it keeps alive at once, so tiles kept in a list fail like the strip they make up;
 - flash attention's causal block skipping is a judged case: its run counts matmul/exp work, and
   the verdict is a function of those counts only (the grader judges them in another process);
 - apply_rope's odd-D behaviour is a tip, never a failure (input validation is not graded);
@@ -22,11 +24,11 @@ from utils.checks._core import run_check
 def test_budget_cases_are_large_and_tight(name):
     ex = EXERCISES[name]
     budgeted = [c for c in ex.make_cases(ex.default_seed) if c.budget is not None and c.budget.numel]
-    sizes = sorted({c.args[0].size(-2) for c in budgeted})
-    assert len(sizes) >= 2 and sizes[-1] >= 1024  # measured at two sizes at least, one of them large
+    sizes = sorted({(c.args[0].size(-2), c.args[1].size(-2)) for c in budgeted})
+    assert len(sizes) >= 2 and max(s_k for _, s_k in sizes) >= 1024  # measured at two sizes at least, one large
     for case in budgeted:
-        s = case.args[0].size(-2)
-        assert case.budget.numel <= s * s // 4 and case.budget.why
+        s_q, s_k = case.args[0].size(-2), case.args[1].size(-2)
+        assert case.budget.numel <= s_q * s_k // 4 and case.budget.why
     quadratic = next(m for m in ex.mutants if m.name.startswith("quadratic"))
     assert quadratic.hint == budgeted[0].budget.why
     run_check(ex, unguarded(ex.reference), quiet=True)  # warm-up: the first dispatch mode imports part of torch

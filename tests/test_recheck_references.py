@@ -85,3 +85,25 @@ def test_recheck_counts_work_as_the_visible_check_does():
     assert NO_SKIP[:40] in str(visible.value)
     verdict = verify.verify_one("flash_attention", no_skip, [], seed=424242)
     assert not verdict.ok and "multiply-adds" in verdict.reason, verdict.reason
+
+
+def test_recheck_enforces_the_live_budget_and_the_order_of_reads():
+    """Two rules measured by a case's own runner hold in grading too: flash attention's tiles kept in
+    a list (the live-elements budget, counted by the child's own tripwire) and an online softmax
+    that takes the whole row's max first (the order of the reads, judged by the parent)."""
+    import inspect as _inspect
+    import textwrap
+
+    from grader import verify
+    from utils.checks._ch13 import FULL_SCORES, WHOLE_ROW, _fa_tiles_kept, _os_global_max
+
+    header = ["import math", "import torch", "NEG_INF = float('-inf')",
+              "def _safe(m):\n    return torch.where(m == NEG_INF, torch.zeros_like(m), m)"]
+    tiles = textwrap.dedent(_inspect.getsource(_fa_tiles_kept)).replace("_fa_tiles_kept", "flash_attention")
+    verdict = verify.verify_one("flash_attention", header + [tiles], [], seed=424242)
+    assert not verdict.ok and "the tensors it holds at once" in verdict.reason, verdict.reason
+    assert FULL_SCORES[:60] in verdict.reason
+    whole = textwrap.dedent(_inspect.getsource(_os_global_max)).replace("_os_global_max", "online_softmax")
+    verdict = verify.verify_one("online_softmax", header + [whole], [], seed=424242)
+    assert not verdict.ok and "the output is right" in verdict.reason and WHOLE_ROW[:60] in verdict.reason, \
+        verdict.reason

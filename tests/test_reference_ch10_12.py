@@ -316,7 +316,7 @@ def _rope_complex_float32(x, positions=None, base=10000.0):
 
 ALTERNATIVES = [
     ("sliding_window_attention", _swa_gather),
-    ("elu_feature_map", lambda x: torch.where(x > 0, x + 1, torch.exp(x))),
+    ("elu_feature_map", lambda x: torch.where(x > 0, x + 1, torch.exp(x.clamp(max=0)))),  # exp(x) alone: NaN gradient past 709
     ("linear_attention", _linear_einsum),
     ("causal_linear_attention", _causal_linear_rnn),
     ("rope_angles", _rope_angles_float32),

@@ -141,3 +141,35 @@ def test_00_question_2_accepts_an_expression(capsys):
     assert "✅" in capsys.readouterr().out
     prompt = next(s for s, _ in _cells("00_foundations") if s.startswith("**Question 2.**"))
     assert "expression that evaluates to one" in prompt
+
+
+# ---------------------------------------------------------------- issue 24: dropout's independence
+def test_dropout_draws_each_weight_independently_on_every_call():
+    """The probes call the answer twice: the two calls' keep masks, the two batch entries' masks, and
+    the dropped share per query row and per key column are judged against independent draws. Each
+    way of sharing a mask fails with its sentence; correct dropouts (F.dropout, rand_like, bernoulli)
+    pass at every seed tried (bounds: 6 standard errors + 1% for agreement, a dispersion ratio of 2.5
+    where whole rows give 64)."""
+    import torch.nn.functional as F
+
+    from utils.checks._ch03 import (DROPOUT_SAME_EVERY_CALL, DROPOUT_SHARED_OVER_BATCH, DROPOUT_WHOLE_COLUMNS,
+                                    DROPOUT_WHOLE_ROWS, _independent)
+    from utils.checks._core import Case, run_check
+
+    ex = EXERCISES["scaled_dot_product_attention"]
+    for name, hint in (("dropout_same_mask_every_call", DROPOUT_SAME_EVERY_CALL),
+                       ("dropout_mask_shared_over_batch", DROPOUT_SHARED_OVER_BATCH),
+                       ("dropout_whole_query_rows", DROPOUT_WHOLE_ROWS),
+                       ("dropout_whole_key_columns", DROPOUT_WHOLE_COLUMNS)):
+        with pytest.raises(CheckFailure) as info:
+            run_check(ex, next(m.impl for m in ex.mutants if m.name == name), quiet=True)
+        assert hint in str(info.value) and "dropout_p = 0.1" in str(info.value)
+    w = torch.softmax(torch.randn(2, 64, 64, generator=torch.Generator().manual_seed(0)), -1)
+    draws = (lambda p: F.dropout(w, p), lambda p: w * (torch.rand_like(w) >= p) / (1 - p),
+             lambda p: w * torch.bernoulli(torch.full_like(w, 1 - p)) / (1 - p))
+    for seed in range(200):
+        torch.manual_seed(seed)
+        for draw in draws:
+            for p in (0.1, 0.8):
+                a, b = draw(p), draw(p)
+                assert _independent(Case("", (), {"dropout_p": p}), (a.sum(-1, keepdim=True), a, b.sum(-1, keepdim=True), b)) is None

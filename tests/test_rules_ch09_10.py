@@ -209,3 +209,54 @@ def test_update_mistakes_outside_the_old_bank_are_named():
 
     assert KV_CAT_FEATURES in _fails("KVCache", CacheCatOnLastDim)
     assert KV_KEEPS_FIRST in _fails("KVCache", KeepsFirst)
+
+
+# ---------------------------------------------------------------- issue 24: state only through update; an int only
+def test_gqa_may_use_its_cache_only_through_update():
+    """The contract says "use only that method": a module that reads cache.k (or seq_len) worked with
+    the check's caches and failed, silently, with a KVCache that names its storage otherwise. The
+    check's caches have no attribute but update, and the failure says so."""
+    from utils.checks._ch09 import ONLY_UPDATE
+
+    base = unguarded(ref.GroupedQueryAttention)
+
+    class ReadsCacheK(base):
+        def forward(self, x, cache=None):
+            if cache is not None and getattr(cache, "k", None) is not None:
+                pass
+            past = cache.k.size(-2) if cache is not None and cache.k is not None else 0  # noqa: F841
+            return super().forward(x, cache)
+
+    msg = _fails("GroupedQueryAttention", ReadsCacheK)
+    assert "AttributeError" in msg and ONLY_UPDATE in msg and "'k'" in msg
+
+
+def test_kv_cache_bytes_is_a_python_int_and_a_meta_tensor_is_fine():
+    import numpy as np
+
+    from utils.checks._ch09 import RETURNS_NUMPY, RETURNS_TENSOR, SIGNATURE
+
+    def as_tensor(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+        return torch.tensor([2, num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem]).prod()
+
+    def as_numpy(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+        return np.prod([2, num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem])
+
+    def renamed(num_layers, num_kv_heads, head_dim, seq_len, batch_size, nbytes=2):
+        return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * nbytes
+
+    def through_meta(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+        cache = torch.empty(num_layers, 2, batch_size, num_kv_heads, seq_len, head_dim, device="meta")
+        return cache.numel() * bytes_per_elem  # billions of elements, none allocated
+
+    def allocates(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+        return torch.zeros(num_layers, 2, batch_size, num_kv_heads, seq_len, head_dim).numel() * bytes_per_elem
+
+    assert RETURNS_TENSOR in _fails("kv_cache_bytes", as_tensor)
+    assert RETURNS_NUMPY in _fails("kv_cache_bytes", as_numpy)
+    msg = _fails("kv_cache_bytes", renamed)
+    assert SIGNATURE in msg and "float" not in msg
+    run_check(EXERCISES["kv_cache_bytes"], through_meta, quiet=True)
+    start = time.process_time()
+    msg = _fails("kv_cache_bytes", allocates)  # refused before the 10 GB tensor is allocated
+    assert "over its budget" in msg and time.process_time() - start < 2.0

@@ -184,14 +184,67 @@ DROPOUT_ON_OUTPUT = ("dropout was applied to the output, not to the attention we
                      "`weights` and return out = weights @ v.")
 
 
+def _run_twice(fn, case: Case):
+    """Dropout's probes: two calls in a row (the random state runs on between them): (out, weights)
+    of the first, then of the second, so that the judge sees whether each call draws a new mask."""
+    first = fn(*case.args, **case.kwargs)
+    second = fn(*case.args, **case.kwargs)
+    as_tuple = lambda r: tuple(r) if isinstance(r, (tuple, list)) else (r,)  # noqa: E731
+    return as_tuple(first) + as_tuple(second)
+
+
 def _dropout_probe(p: float, seed: int) -> Case:
-    """q, k (2, 64, 8) and v all ones: out is the row sums of the dropped weights."""
+    """q, k (2, 64, 8) and v all ones: out is the row sums of the dropped weights; called twice at p > 0."""
     g = generator(1234)
     q, k = randn(2, 64, 8, gen=g), randn(2, 64, 8, gen=g)
-    return Case("q, k (2, 64, 8), v all ones (2, 64, 1)", (q, k, torch.ones(2, 64, 1)), {"dropout_p": p})
+    twice = p > 0  # (the p = 0 probe is compared with the reference, and also left out as the default)
+    return Case("q, k (2, 64, 8), v all ones (2, 64, 1)" + (", called twice" if twice else ""),
+                (q, k, torch.ones(2, 64, 1)), {"dropout_p": p}, run=_run_twice if twice else None)
+
+
+DROPOUT_SAME_EVERY_CALL = ("every call drew the same dropout mask (a generator seeded inside the function, or a mask "
+                           "kept from an earlier call): draw a new mask on every call from torch's global generator "
+                           "(torch.rand_like, torch.bernoulli or F.dropout).")
+DROPOUT_SHARED_OVER_BATCH = ("one dropout mask was shared by the batch (and the heads): draw a mask of the weights' "
+                             "full shape (..., S_q, S_k), not one (S_q, S_k) mask broadcast over the leading dims.")
+DROPOUT_WHOLE_ROWS = ("whole query rows were kept or dropped together: dropout zeroes each attention weight "
+                      "independently, one draw per weight (a mask of shape (..., S_q, S_k)), not one per row "
+                      "(..., S_q, 1).")
+DROPOUT_WHOLE_COLUMNS = ("whole key columns were kept or dropped together (a key dropped for every query at once): "
+                         "one draw per weight (..., S_q, S_k), not one per key (..., 1, S_k).")
+
+
+def _agreement(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """Whether two keep masks agree more often than two independent draws of their rates would: the
+    share of equal entries against p_a·p_b + (1 − p_a)(1 − p_b), with 6 standard errors + 1% of slack
+    (a correct dropout exceeds it with probability below 1e-9)."""
+    pa, pb = 1 - float(a.double().mean()), 1 - float(b.double().mean())
+    expect = pa * pb + (1 - pa) * (1 - pb)
+    if expect > 0.98:  # nearly nothing (or nearly everything) dropped: the rate's own test speaks
+        return None
+    agree = float((a == b).double().mean())
+    bound = 6 * math.sqrt(expect * (1 - expect) / a.numel()) + 0.01
+    return None if agree <= expect + bound else f"{100 * agree:.1f}% (independent draws: {100 * expect:.1f}% ± {100 * bound:.1f}%)"
+
+
+def _dispersion(keep: torch.Tensor, dim: int) -> float | None:
+    """The variance of the dropped share along ``dim``'s slices (rows or columns) over a binomial's,
+    p(1 − p)/n: about 1 for independent draws (a χ² over the slices), n when whole slices go together."""
+    p = 1 - float(keep.double().mean())
+    if not 0.02 < p < 0.98:
+        return None
+    share = 1 - keep.double().mean(dim=dim).reshape(-1)
+    n = keep.size(dim)
+    return float(share.var()) / (p * (1 - p) / n)
 
 
 def _out_is_weights_at_v(case: Case, got) -> str | None:
+    if len(got) == 4:  # the probe's two calls
+        for out, w in (got[:2], got[2:]):
+            msg = _out_is_weights_at_v(case, (out, w))
+            if msg:
+                return msg
+        return _independent(case, got)
     out, w = got
     if not torch.allclose(out.double(), w.double().sum(-1, keepdim=True), atol=1e-4, rtol=1e-4):
         hint = DROPOUT_ON_OUTPUT if bool((w != 0).all()) else ""
@@ -200,7 +253,32 @@ def _out_is_weights_at_v(case: Case, got) -> str | None:
     return None
 
 
-SDPA_DROPOUT = Dropout(on="each attention weight", arg="dropout_p", probe=_dropout_probe,
+def _independent(case: Case, got) -> str | None:
+    """Each weight dropped independently: of the other calls (a new mask each time), of the other
+    batch entries, of the other weights in its row and in its column."""
+    if not case.kwargs.get("dropout_p"):
+        return None
+    keep1, keep2 = got[1] != 0, got[3] != 0
+    if keep1.shape != keep2.shape or keep1.dim() < 3:
+        return None
+    seen = _agreement(keep1, keep2)
+    if seen:
+        return f"the two calls kept the same weights at {seen} of the positions. Likely mistake: {DROPOUT_SAME_EVERY_CALL}"
+    seen = _agreement(keep1[0], keep1[1])
+    if seen:
+        return (f"the two batch entries kept the same weights at {seen} of the positions. "
+                f"Likely mistake: {DROPOUT_SHARED_OVER_BATCH}")
+    for dim, hint, what in ((-1, DROPOUT_WHOLE_ROWS, "query row"), (-2, DROPOUT_WHOLE_COLUMNS, "key column")):
+        ratio = _dispersion(keep1, dim)
+        if ratio is not None and ratio > 2.5:  # a χ² over 128 slices passes 2.5 with probability below 1e-15
+            return (f"the share dropped per {what} varies {ratio:.0f} times as much as independent draws allow. "
+                    f"Likely mistake: {hint}")
+    return None
+
+
+SDPA_DROPOUT = Dropout(on="each attention weight, independently (of the other weights, and of earlier calls: a new "
+                          "mask on every call)",
+                       arg="dropout_p", probe=_dropout_probe,
                        values=lambda case, got: got[1], consistent=_out_is_weights_at_v,
                        hints={"ignored": DROPOUT_IGNORED, "not_rescaled": DROPOUT_NOT_RESCALED,
                               "renormalised": DROPOUT_RENORMALISED})
@@ -244,6 +322,30 @@ def _dropout_by_1_over_p(q, k, v, mask=None, dropout_p=0.0):
     return w @ v, w
 
 
+def _dropout_with_mask(q, k, v, mask, dropout_p, shape_of, generator=None):
+    out, w = ref.scaled_dot_product_attention.__wrapped__(q, k, v, mask)
+    if dropout_p > 0:
+        keep = torch.rand(shape_of(w), generator=generator, dtype=w.dtype) >= dropout_p
+        w = w * keep / (1 - dropout_p)
+    return w @ v, w
+
+
+def _dropout_same_every_call(q, k, v, mask=None, dropout_p=0.0):
+    return _dropout_with_mask(q, k, v, mask, dropout_p, lambda w: w.shape, torch.Generator().manual_seed(0))
+
+
+def _dropout_shared_over_batch(q, k, v, mask=None, dropout_p=0.0):
+    return _dropout_with_mask(q, k, v, mask, dropout_p, lambda w: w.shape[-2:])
+
+
+def _dropout_whole_rows(q, k, v, mask=None, dropout_p=0.0):
+    return _dropout_with_mask(q, k, v, mask, dropout_p, lambda w: (*w.shape[:-1], 1))
+
+
+def _dropout_whole_columns(q, k, v, mask=None, dropout_p=0.0):
+    return _dropout_with_mask(q, k, v, mask, dropout_p, lambda w: (*w.shape[:-2], 1, w.shape[-1]))
+
+
 SDPA_DROPOUT_MUTANTS = [
     Mutant("dropout_not_rescaled", DROPOUT_NOT_RESCALED, _dropout_not_rescaled),
     Mutant("dropout_ignored", DROPOUT_IGNORED, _dropout_ignored),
@@ -251,6 +353,10 @@ SDPA_DROPOUT_MUTANTS = [
     Mutant("dropout_on_output", DROPOUT_ON_OUTPUT, _dropout_on_output),
     Mutant("dropout_keep_probability", dropout_hint("keep_probability", "dropout_p"), _dropout_keep_probability),
     Mutant("dropout_rescaled_by_1_over_p", dropout_hint("rescaled_by_1_over_p", "dropout_p"), _dropout_by_1_over_p),
+    Mutant("dropout_same_mask_every_call", DROPOUT_SAME_EVERY_CALL, _dropout_same_every_call),
+    Mutant("dropout_mask_shared_over_batch", DROPOUT_SHARED_OVER_BATCH, _dropout_shared_over_batch),
+    Mutant("dropout_whole_query_rows", DROPOUT_WHOLE_ROWS, _dropout_whole_rows),
+    Mutant("dropout_whole_key_columns", DROPOUT_WHOLE_COLUMNS, _dropout_whole_columns),
 ]
 
 

@@ -503,6 +503,9 @@ KV_CACHE_EXERCISE = Exercise(
     update(k_new, v_new): k_new (B, H_kv, S_new, D), v_new (B, H_kv, S_new, D_v) are appended after
         the cached positions along the sequence dim (-2). Returns everything cached so far,
         k_all (B, H_kv, S_total, D) and v_all (B, H_kv, S_total, D_v).
+    State between calls (the point of a cache): update is the only method the check calls, and
+    the only one a model may call; what one update returns depends on every earlier update of the
+    same instance, and on nothing else (no other instance, no class-level storage).
     Memory budget: the check decodes 1,024 positions one by one; no tensor may exceed 4 × the
     size of k_all, and all the tensors the cache keeps (everything reachable from its attributes)
     may total at most 4 × the bytes of k_all and v_all (a cache holds each position once).
@@ -533,42 +536,62 @@ OTHER_CACHE = ("forward(x, cache=cache) must return (out, cache) with the very c
                "(generation passes it on to the next step).")
 
 
+ONLY_UPDATE = ("the cache may be used only through update(k_new, v_new), which returns everything cached so far, "
+               "(k_all, v_all): the check's cache has no other attribute (your KVCache's names are not part of the "
+               "contract); take the number of cached positions from what update returns (k_all.size(-2) minus the "
+               "new positions), never from cache.k or cache.seq_len.")
+
+
 def _check_stored(cache, k_new, v_new):
     """What a GQA module passes to cache.update: (B, num_kv_heads, S, head_dim), never repeated heads."""
+    heads, head_dim, label = object.__getattribute__(cache, "_c_shape")
     for name, t in (("k_new", k_new), ("v_new", v_new)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise CheckFailure(f"cache.update received {name} = {describe(t)} on case [{cache.label}]; "
+            raise CheckFailure(f"cache.update received {name} = {describe(t)} on case [{label}]; "
                                f"expected (B, num_kv_heads, S, head_dim).")
-        if t.size(1) != cache.expected_heads or t.size(-1) != cache.head_dim:
-            if t.size(1) > cache.expected_heads and t.size(-1) == cache.head_dim:
+        if t.size(1) != heads or t.size(-1) != head_dim:
+            if t.size(1) > heads and t.size(-1) == head_dim:
                 raise CheckFailure(
                     f"forward(x, cache) stored {name} of shape {tuple(t.shape)} in the cache on case "
-                    f"[{cache.label}]: {t.size(1)} heads where num_kv_heads = {cache.expected_heads}.\n"
+                    f"[{label}]: {t.size(1)} heads where num_kv_heads = {heads}.\n"
                     f"Likely mistake: {REPEATED_IN_CACHE}")
             raise CheckFailure(
                 f"forward(x, cache) stored {name} of shape {tuple(t.shape)} in the cache on case "
-                f"[{cache.label}]; expected (B, num_kv_heads={cache.expected_heads}, S, "
-                f"head_dim={cache.head_dim}).")
+                f"[{label}]; expected (B, num_kv_heads={heads}, S, head_dim={head_dim}).")
 
 
-class _RecordingCache:
+class _OnlyUpdate:
+    """The check's caches offer ``update`` and nothing else, as the contract says ("use only that
+    method"): any other attribute a learner's module reads (``cache.k``, ``cache.seq_len``) raises
+    AttributeError with the rule, instead of working with the check's cache and failing, silently,
+    with the learner's own KVCache that names its storage otherwise."""
+
+    def __getattr__(self, name):  # only for names that are not found: the cache's state has private names
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"the check's cache has no attribute {name!r}: {ONLY_UPDATE}")
+
+
+class _RecordingCache(_OnlyUpdate):
     """The check's own KV cache (update only, as the contract says; it does not use utils.reference,
     which the grader's re-run does not have), checking what the learner's module stores in it."""
 
+    __slots__ = ("_c_k", "_c_v", "_c_shape")
+
     def __init__(self, expected_heads, head_dim, label):
-        self.k = self.v = None
-        self.expected_heads, self.head_dim, self.label = expected_heads, head_dim, label
+        self._c_k = self._c_v = None
+        self._c_shape = (expected_heads, head_dim, label)
 
     def update(self, k_new, v_new):
         _check_stored(self, k_new, v_new)
-        if self.k is None:
-            self.k, self.v = k_new, v_new
+        if self._c_k is None:
+            self._c_k, self._c_v = k_new, v_new
         else:
-            self.k, self.v = torch.cat([self.k, k_new], dim=-2), torch.cat([self.v, v_new], dim=-2)
-        return self.k, self.v
+            self._c_k, self._c_v = torch.cat([self._c_k, k_new], dim=-2), torch.cat([self._c_v, v_new], dim=-2)
+        return self._c_k, self._c_v
 
 
-class _PrefixCache(tuple):
+class _PrefixCache(_OnlyUpdate, tuple):
     """A cache that already holds P positions and never changes: update returns the prefix followed
     by the new keys and values, without storing them, so one object serves the reference and the
     learner in a gradient case (the harness passes it as the `cache` argument).
@@ -581,12 +604,13 @@ class _PrefixCache(tuple):
         return super().__new__(cls, ())
 
     def __init__(self, k=None, v=None, expected_heads=None, head_dim=None, label=""):
-        self.k, self.v = k, v
-        self.expected_heads, self.head_dim, self.label = expected_heads, head_dim, label
+        self._c_k, self._c_v = k, v
+        self._c_shape = (expected_heads, head_dim, label)
 
     def update(self, k_new, v_new):
         _check_stored(self, k_new, v_new)
-        return torch.cat([self.k.to(k_new.dtype), k_new], dim=-2), torch.cat([self.v.to(v_new.dtype), v_new], dim=-2)
+        return (torch.cat([self._c_k.to(k_new.dtype), k_new], dim=-2),
+                torch.cat([self._c_v.to(v_new.dtype), v_new], dim=-2))
 
     def __bool__(self):  # an object, as a cache is: `if cache:` must see it (a tuple that is empty would not)
         return True
@@ -921,12 +945,15 @@ GQA_EXERCISE = Exercise(
         Scores are q kᵀ / sqrt(head_dim).
         Without a cache: causal attention over x; returns (out, None).
         With a cache (any object with update(k_new, v_new) -> (k_all, v_all), such as your
-        KVCache; use only that method): pass it this step's keys and values,
+        KVCache; use only that method: the check's cache has no other attribute, so take the
+        number of cached positions from what update returns): pass it this step's keys and values,
         (B, num_kv_heads, S, head_dim) each — the cache holds num_kv_heads heads, never keys
         repeated to num_heads — and attend to everything it returns with bottom-right-aligned
         causality (query i, the (P + i)-th position after P cached ones, sees keys 0 .. P + i);
         returns (out, the same cache object).
         Prefill then decode token by token gives the same outputs as one forward over the whole x.
+    The module keeps no state between calls: what carries over from one decode step to the next
+    lives in the cache it is given.
     """, forbid=(SDPA, MHA), grad="x and every parameter", kinds={"x": "tokens"}),
 )
 check_GroupedQueryAttention = register(GQA_EXERCISE)
@@ -959,6 +986,10 @@ def _kv_bytes_cases(seed: int) -> list:
         shown = "default (2)" if nbytes is None else str(nbytes)
         cases.append(Case(f"{label}: num_layers={L}, num_kv_heads={H_kv}, head_dim={D}, seq_len={S}, "
                           f"batch_size={B}, bytes_per_elem={shown}", args, kwargs))
+    # the signature's default once more, left out of a case that gives it (the core's defaults case,
+    # which skips exercises with their own runner)
+    given = next(c for c in cases if c.kwargs.get("bytes_per_elem") == 2)
+    cases.append(Case(f"bytes_per_elem left out (the signature's default): {given.label}", given.args, {}))
     return cases
 
 
@@ -996,6 +1027,60 @@ def _v_kvb_meta_tensor(num_layers, num_kv_heads, head_dim, seq_len, batch_size, 
     return k.numel() * k.element_size()  # a meta tensor allocates nothing: only its shape and dtype
 
 
+RETURNS_TENSOR = ("the result is a torch.Tensor: return the number of bytes as a Python int, multiplying the "
+                  "ints themselves (no tensor is needed; int(t) or t.item() converts one).")
+RETURNS_NUMPY = ("the result is a numpy number, not a Python int: multiply the ints themselves, or wrap the result "
+                 "in int(...).")
+
+
+RETURNS_GIB = ("the result was converted to GiB (a float): return the number of bytes as an int, and convert only "
+               "when printing.")
+RETURNS_FLOAT = "the result is a float: return the number of bytes as a Python int (avoid `/`, use * only)."
+SIGNATURE = ("the signature is kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, "
+             "bytes_per_elem=2): the check passes bytes_per_elem by that name.")
+
+
+def _run_kv_bytes(fn, case: Case):
+    """The call; a result that is not a Python int is refused here, with its type named: a tensor, a
+    numpy number, a bool, and a float that is the right number of bytes (or of GiB). A float of another
+    value goes on to the comparison, which says what it should be."""
+    try:
+        out = fn(*case.args, **case.kwargs)
+    except TypeError as err:
+        if "keyword argument" in str(err) and "bytes_per_elem" in str(err):
+            raise CheckFailure(f"kv_cache_bytes raised TypeError: {err}.\nLikely mistake: {SIGNATURE}") from None
+        raise
+    if type(out) is int:
+        return out
+    kind = type(out)
+    if isinstance(out, float):
+        num_layers, num_kv_heads, head_dim, seq_len, batch_size = case.args
+        want = 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * case.kwargs.get("bytes_per_elem", 2)
+        if out == want:
+            raise CheckFailure(f"kv_cache_bytes returned a float ({out!r}), the right number as a float.\n"
+                               f"Likely mistake: {RETURNS_FLOAT}")
+        if abs(out * 2**30 - want) <= 1e-6 * want:
+            raise CheckFailure(f"kv_cache_bytes returned a float ({out!r}): {want:,} bytes in GiB.\n"
+                               f"Likely mistake: {RETURNS_GIB}")
+        return out
+    where = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    if isinstance(out, torch.Tensor):
+        raise CheckFailure(f"kv_cache_bytes returned {describe(out)}.\nLikely mistake: {RETURNS_TENSOR}")
+    if kind.__module__ == "numpy":
+        raise CheckFailure(f"kv_cache_bytes returned a {where} ({out!r}).\nLikely mistake: {RETURNS_NUMPY}")
+    raise CheckFailure(f"kv_cache_bytes returned a {where} ({out!r}): return the number of bytes as a Python int.")
+
+
+def _kvb_tensor(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+    return torch.tensor([2, num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem]).prod()
+
+
+def _kvb_numpy(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+    import numpy as np
+
+    return np.prod([2, num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem], dtype=np.int64)
+
+
 KV_BYTES_MUTANTS = [
     Mutant("no_factor_2", "only one of K and V was counted: the cache stores both, so multiply by 2.", _kvb(factor=1)),
     Mutant("bits_not_bytes", "that is bits, not bytes: bytes_per_elem already counts bytes, so do not multiply by 8.", _kvb(scale=8)),
@@ -1004,14 +1089,17 @@ KV_BYTES_MUTANTS = [
     Mutant("num_layers_twice", "num_layers appears twice in the product: count it once.", _kvb(layers=2)),
     Mutant("elements_not_bytes", "that is the number of elements: multiply by bytes_per_elem to get bytes.", _kvb(bytes_=False)),
     Mutant("default_float32", "bytes_per_elem defaults to 2 (float16/bfloat16), not 4.", _kvb(default_bytes=4)),
-    Mutant("returns_gib", "the result was converted to GiB (a float): return the number of bytes as an int, and convert only when printing.", _kvb_gib),
-    Mutant("returns_float", "the result is a float: return the number of bytes as a Python int (avoid `/`, use * only).", _kvb_float),
+    Mutant("returns_gib", RETURNS_GIB, _kvb_gib),
+    Mutant("returns_float", RETURNS_FLOAT, _kvb_float),
+    Mutant("returns_a_tensor", RETURNS_TENSOR, _kvb_tensor),
+    Mutant("returns_a_numpy_number", RETURNS_NUMPY, _kvb_numpy),
 ]
 
 KV_BYTES_EXERCISE = Exercise(
     name="kv_cache_bytes",
     reference=ref.kv_cache_bytes,
     make_cases=_kv_bytes_cases,
+    run=_run_kv_bytes,
     mutants=KV_BYTES_MUTANTS,
     variants=[Variant("per_token_prod", _v_kvb_prod), Variant("sum_of_tensor_sizes", _v_kvb_tensor_sizes, demo=True),
               Variant("meta_tensor_numel", _v_kvb_meta_tensor)],
@@ -1020,7 +1108,9 @@ KV_BYTES_EXERCISE = Exercise(
     num_layers, num_kv_heads, head_dim, seq_len, batch_size: ints
     bytes_per_elem: bytes per stored number, 2 for float16/bfloat16 (the default), 4 for float32,
         1 for int8/fp8
-    Returns the number of bytes as a Python int.
+    Returns the number of bytes as a Python int (not a tensor, a numpy number or a float): the
+    answer is arithmetic on ints, and no tensor needs to be allocated (a real cache holds billions
+    of elements; a tensor on device="meta" allocates nothing and is fine).
     """, same_dtype=False),
 )
 check_kv_cache_bytes = register(KV_BYTES_EXERCISE)

@@ -20,8 +20,8 @@ def _phi_cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, x):
-        cases.append(Case(f"{label}: x {tuple(x.shape)}", (x,)))
+    def add(label, x, grad=False):
+        cases.append(Case(f"{label}: x {tuple(x.shape)}", (x,), grad=grad))
 
     add("a vector", randn(7, gen=g))
     add("(B, H, S, D)", randn(2, 3, 5, 4, gen=g))
@@ -37,6 +37,12 @@ def _phi_cases(seed: int) -> list:
         torch.tensor([[-1000.0, -100.0, -89.0, 0.5, 89.0, 100.0, 1000.0]]))
     add("float64, |x| beyond float64's exp range (x = ±800)",
         torch.tensor([-800.0, -1.0, 1.0, 710.0, 800.0], dtype=F64))
+    # gradients (float64): φ'(x) = 1 above 0, exp(x) below. A φ that selects between x + 1 and an
+    # exp(x) computed for every x (torch.where) has the right values, but past exp's range the
+    # branch it does not pick is inf, and inf · 0 is NaN in the backward pass
+    add("gradients (float64) of a random loss", randn(2, 3, 5, gen=g, dtype=F64), grad=True)
+    add("gradients (float64) at |x| ≥ 100 and past exp's range (709)",
+        torch.tensor([[-1000.0, -710.0, -100.0, -2.0, 0.5, 100.0, 710.0, 800.0, 1000.0]], dtype=F64), grad=True)
     for i in range(4):  # random shapes
         shape = tuple(r.randint(1, 6) for _ in range(r.randint(1, 4)))
         add(f"random case {i + 1}", randn(*shape, gen=g, scale=r.choice([1.0, 3.0])))
@@ -56,6 +62,16 @@ def _phi_exp_everywhere(x):
     return torch.exp(x) * (x <= 0) + (x + 1) * (x > 0)
 
 
+WHERE_EXP_EVERYWHERE = ("torch.where(x > 0, x + 1, torch.exp(x)) gives the right values, but it computes exp(x) for "
+                        "every x: past exp's range (x > 709 in float64, 88 in float32) that branch is inf, and the "
+                        "gradient of the branch torch.where does not pick is 0 · inf = NaN; take exp of x.clamp(max=0) "
+                        "(or use F.elu), so that no exp overflows.")
+
+
+def _phi_where_exp_everywhere(x):
+    return torch.where(x > 0, x + 1, torch.exp(x))
+
+
 PHI_MUTANTS = [
     Mutant("relu", RELU, lambda x: F.relu(x)),
     Mutant("elu_without_plus_one", ELU_NO_PLUS_ONE, lambda x: F.elu(x)),
@@ -66,6 +82,7 @@ PHI_MUTANTS = [
     Mutant("relu_plus_one", RELU_PLUS_ONE, lambda x: F.relu(x) + 1),
     Mutant("x_plus_one", NO_ELU, lambda x: x + 1),
     Mutant("exp_everywhere_then_select", EXP_EVERYWHERE, _phi_exp_everywhere),
+    Mutant("where_with_exp_everywhere", WHERE_EXP_EVERYWHERE, _phi_where_exp_everywhere),
     Mutant("float32_output", DTYPE.format(got="float32", want="float64"), lambda x: F.elu(x.float()) + 1),
     Mutant("float64_output", DTYPE.format(got="float64", want="float32"), lambda x: F.elu(x.double()) + 1),
 ]
@@ -94,7 +111,9 @@ PHI_EXERCISE = Exercise(
 
     x: a tensor of any shape.  Returns φ(x), same shape and dtype as x:
     x + 1 where x > 0, exp(x) where x ≤ 0, so φ(x) > 0 everywhere.
-    """, kinds={"x": "tensor"}),
+    Any x is allowed, far past exp's range too (|x| ≥ 100, beyond 709 in float64), and φ has a
+    finite gradient everywhere (1 above 0, exp(x) below; linear attention trains through it).
+    """, kinds={"x": "tensor"}, grad="x"),
 )
 check_elu_feature_map = register(PHI_EXERCISE)
 
@@ -118,6 +137,19 @@ def _memory_case(S: int) -> Case:
     g = generator(S)
     q, k, v = randn(1, S, MEMORY_D, gen=g), randn(1, S, MEMORY_D, gen=g), randn(1, S, MEMORY_D_V, gen=g)
     return Case("", (q, k, v))
+
+
+QUADRATIC_WORK = (
+    "linear attention does O(S·D·D_v) work, φ(q)(φ(k)ᵀv): computing φ(q)φ(k)ᵀ, even a few rows at a time (or "
+    "only for short inputs), does O(S²·D) multiply-adds; use associativity at every length"
+)
+
+
+def _work_cost() -> Cost:
+    return Cost(sizes=({"S": 64}, {"S": 512}), build=_memory_case,
+                work=lambda S: 4 * S * MEMORY_D * (MEMORY_D_V + 1), work_text="4·S·D·(D_v + 1)",
+                setting=f"S_q = S_k = S, D = {MEMORY_D}, D_v = {MEMORY_D_V}; φ(q)φ(k)ᵀ alone is S²·D",
+                why=QUADRATIC_WORK, tol=(1e-4, 1e-3))
 
 
 def _cost(causal: bool) -> Cost:
@@ -198,6 +230,16 @@ def _quadratic(q, k, v, eps=1e-6, causal=False):
     return (scores @ v) / (scores.sum(dim=-1, keepdim=True) + eps)
 
 
+def _quadratic_rows(q, k, v, eps=1e-6, rows=16):
+    """φ(q)φ(k)ᵀ a few query rows at a time: no tensor above 16 · S_k, but O(S_q·S_k·D) work."""
+    pq, pk = _phi(q), _phi(k)
+    outs = []
+    for i in range(0, q.size(-2), rows):
+        a = pq[..., i:i + rows, :] @ pk.transpose(-2, -1)  # (..., rows, S_k)
+        outs.append(a @ v / (a.sum(dim=-1, keepdim=True) + eps))
+    return torch.cat(outs, dim=-2)
+
+
 def _softmax_attention(q, k, v, eps=1e-6):
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1) @ v
 
@@ -235,6 +277,7 @@ LINEAR_MUTANTS = [
            "are averaged as they are, out_i = φ(q_i)(Σ_j φ(k_j)ᵀ v_j) / (φ(q_i)·Σ_j φ(k_j) + eps).",
            lambda q, k, v, eps=1e-6: _linear(q, k, _phi(v), eps)),
     Mutant("quadratic_scores", QUADRATIC, _quadratic),
+    Mutant("quadratic_in_row_blocks_of_16", QUADRATIC_WORK, lambda q, k, v, eps=1e-6: _quadratic_rows(q, k, v, eps)),
 ]
 
 
@@ -267,8 +310,9 @@ LINEAR_EXERCISE = Exercise(
 
     q: (..., S_q, D)   k: (..., S_k, D)   v: (..., S_k, D_v)   eps: float, added to the normaliser
     Returns out (..., S_q, D_v).
-    Use associativity, φ(q) (φ(k)ᵀ v): never build the S_q × S_k matrix φ(q) φ(k)ᵀ.
-    """, grad="q, k and v", budgets=(_cost(causal=False),)),
+    Use associativity, φ(q) (φ(k)ᵀ v): never build the S_q × S_k matrix φ(q) φ(k)ᵀ, not even a
+    few rows at a time, and not only for short inputs (the work is counted at two sizes).
+    """, grad="q, k and v", budgets=(_cost(causal=False), _work_cost())),
 )
 check_linear_attention = register(LINEAR_EXERCISE)
 

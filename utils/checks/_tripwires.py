@@ -4,12 +4,16 @@ A from-scratch exercise may not call what it re-implements (``Forbidden`` groups
 torch-function level, below it at the aten level, and at patched Python entry points); every call
 runs under a ``Budget``: the largest tensor it creates, the CPU time it spends and, where a rule is
 about work, the multiply-adds it does. ``learner_code`` sets them all up; going over raises
-``BudgetExceeded``, a forbidden call ``ForbiddenCall``.
+``BudgetExceeded``, a forbidden call ``ForbiddenCall``. Where a rule is about everything a call
+keeps alive at once (a tiled kernel holds one tile, not a strip of them), ``live_budget`` makes the
+active tripwire count the elements of the tensors it sees created and still alive.
 """
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -59,7 +63,8 @@ class Forbidden:
 # Tripwires: a from-scratch exercise must not call what it re-implements, nor overspend
 # ----------------------------------------------------------------------------------------------
 class _Tripwire(TorchFunctionMode):
-    """Torch-function-level tripwires: forbidden functions, the largest tensor, the time spent.
+    """Torch-function-level tripwires: forbidden functions, the largest tensor, the time spent, and
+    (while ``live_budget`` is active) the elements of the tensors created and still alive.
 
     (At this level, unlike a dispatch mode, tensor subclasses such as PyTorch's CausalBias can
     still be created inside learner code.)
@@ -73,6 +78,7 @@ class _Tripwire(TorchFunctionMode):
                 self.table[f] = group.label
         self.budget = budget
         self.deadline = None
+        self.live = None  # a _LiveCount while live_budget is active
         if budget is not None and budget.seconds is not None:
             # CPU time of this thread, never raised inside an import (utils._clock.Deadline).
             self.deadline = Deadline(budget.seconds)
@@ -91,21 +97,93 @@ class _Tripwire(TorchFunctionMode):
         if label is not None:
             raise ForbiddenCall(label, getattr(func, "__name__", str(func)))
         b = self.budget
-        if b is None:
+        if b is None and self.live is None:
             return func(*args, **kwargs)
-        if self.deadline is not None and self.deadline.passed():
+        limit = b.numel if b is not None else None
+        if b is not None and self.deadline is not None and self.deadline.passed():
             raise BudgetExceeded(f"it used more than {b.seconds:g} s of CPU time on a small input")
-        name = getattr(func, "__name__", str(func))
-        if b.numel is not None:
-            est = _estimate_numel(name, args)
-            if est > b.numel:
-                self._too_big(est, None, name)
+        if limit is not None and (len(args) >= 2 or func in _FACTORY_FUNCS):
+            est = _estimate_numel(func, args, kwargs)
+            if est > limit:
+                self._too_big(est, _factory_shape(func, args, kwargs), getattr(func, "__name__", str(func)))
         out = func(*args, **kwargs)
-        if b.numel is not None:  # a tensor on the meta device holds no memory: never counted
+        if limit is not None or self.live is not None:
             for t in out if isinstance(out, (tuple, list)) else (out,):
-                if isinstance(t, torch.Tensor) and t.numel() > b.numel and not t.is_meta:
-                    self._too_big(t.numel(), t.shape, name)
+                if isinstance(t, torch.Tensor) and not t.is_meta:  # a meta tensor holds no memory: never counted
+                    if limit is not None and t.numel() > limit:
+                        self._too_big(t.numel(), t.shape, getattr(func, "__name__", str(func)))
+                    if self.live is not None:
+                        self.live.add(t, getattr(func, "__name__", str(func)))
         return out
+
+
+class _LiveCount:
+    """The elements of the tensors seen created and still alive (a storage shared by views counts
+    once), against ``limit``; the storages in ``exclude`` (the inputs) are never counted."""
+
+    def __init__(self, limit: int, why: str, exclude=(), text: str = ""):
+        self.limit, self.why, self.text = limit, why, text
+        self.exclude = set(exclude)
+        self.live = self.peak = 0
+        self.refs: dict = {}  # storage address -> [elements, live tensors on it]
+        self.active = True
+
+    def _release(self, ptr):
+        entry = self.refs.get(ptr)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.live -= entry[0]
+            del self.refs[ptr]
+
+    def add(self, t: torch.Tensor, name: str) -> None:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr == 0 or ptr in self.exclude:
+            return
+        entry = self.refs.get(ptr)
+        if entry is None:
+            entry = self.refs[ptr] = [storage.nbytes() // max(t.element_size(), 1), 0]
+            self.live += entry[0]
+            self.peak = max(self.peak, self.live)
+        entry[1] += 1
+        weakref.finalize(t, self._release, ptr)
+        if self.active and self.live > self.limit:
+            self.active = False  # raised once; the tensors being freed then must not raise again
+            raise BudgetExceeded(
+                f"the tensors it holds at once reach {_fmt_numel(self.live)} elements (after {name} made one of shape "
+                f"{tuple(t.shape)}) where this case allows at most "
+                f"{self.text + ' = ' if self.text else ''}{_fmt_numel(self.limit)}: {self.why}")
+
+
+def _active_tripwire():
+    """The innermost active ``_Tripwire`` (the learner guard's), or None."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    for mode in reversed(_get_current_function_mode_stack()):
+        if isinstance(mode, _Tripwire):
+            return mode
+    return None
+
+
+@contextlib.contextmanager
+def live_budget(limit: int, why: str, exclude=(), text: str = ""):
+    """Inside learner code: the tensors created while this is active may hold at most ``limit``
+    elements alive at once (each storage once, those of ``exclude`` — the inputs — never). The
+    learner guard's tripwire counts them (so the grader's re-run counts them too); outside any
+    guard (the reference's run) this does nothing. Yields the count (``.peak``)."""
+    trip = _active_tripwire()
+    if trip is None:
+        yield None
+        return
+    count = _LiveCount(limit, why, (t.untyped_storage().data_ptr() for t in exclude), text)
+    previous, trip.live = trip.live, count
+    try:
+        yield count
+    finally:
+        trip.live = previous
+        count.active = False
 
 
 def _fmt_numel(n: int) -> str:
@@ -115,10 +193,12 @@ def _fmt_numel(n: int) -> str:
 _MATMULS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "addmm"}
 
 
-def _broadcast_numel(*shapes) -> int:
-    """``math.prod(torch.broadcast_shapes(*shapes))`` in plain Python (torch's version goes through
-    its symbolic-shape machinery: about 40 µs, on every op a budgeted case runs); 0 when the shapes
-    do not broadcast."""
+def broadcast_shape(*shapes) -> tuple | None:
+    """``torch.broadcast_shapes(*shapes)`` in plain Python, or None when they do not broadcast.
+
+    torch's version goes through its symbolic-shape machinery: about 40 µs a call, and its first
+    call imports ``torch.fx.experimental.symbolic_shapes`` and sympy (0.3-0.5 s of CPU, once per
+    process, inside the first check that calls it)."""
     out = [1] * max((len(s) for s in shapes), default=0)
     for shape in shapes:
         offset = len(out) - len(shape)
@@ -127,26 +207,74 @@ def _broadcast_numel(*shapes) -> int:
             if out[j] == 1:
                 out[j] = d
             elif d != 1 and d != out[j]:
-                return 0
-    return math.prod(out)
+                return None
+    return tuple(out)
 
 
-def _estimate_numel(name: str, args) -> int:
-    """The size of the output a matmul or a broadcasting op is about to allocate (0: unknown)."""
+def _broadcast_numel(*shapes) -> int:
+    """The elements of the broadcast shape; 0 when the shapes do not broadcast."""
+    out = broadcast_shape(*shapes)
+    return 0 if out is None else math.prod(out)
+
+
+_FACTORIES = {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "new_zeros", "new_ones", "new_empty",
+              "new_full"}
+_FACTORY_FUNCS = {getattr(owner, n) for owner in (torch, torch.Tensor) for n in _FACTORIES if hasattr(owner, n)}
+
+
+def _size_dims(args) -> tuple | None:
+    """A factory's size arguments (``torch.zeros(2, 3)``, ``zeros((2, 3))``) as a tuple of ints."""
+    dims = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else args
+    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        return None
+    return tuple(dims)
+
+
+def _factory_sizes(func, args, kwargs) -> tuple | None:
+    """The shape a factory (``torch.zeros``, ``x.new_full`` ...) is asked for, or None."""
+    if func not in _FACTORY_FUNCS:
+        return None
+    kwargs = kwargs or {}
+    name = getattr(func, "__name__", "")
+    if str(kwargs.get("device", "")) == "meta" or (name.startswith("new_") and args and
+                                                   isinstance(args[0], torch.Tensor) and args[0].is_meta):
+        return None
+    if "size" in kwargs:
+        sizes = (kwargs["size"],)
+    elif name == "randint":  # randint(high, size) or randint(low, high, size)
+        sizes = args[-1:]
+    elif name == "full":  # full(size, fill_value)
+        sizes = args[:1]
+    elif name == "new_full":  # x.new_full(size, fill_value)
+        sizes = args[1:2]
+    else:
+        sizes = args[1:] if name.startswith("new_") else args
+    return _size_dims(tuple(sizes))
+
+
+def _factory_shape(func, args, kwargs):
+    return _factory_sizes(func, args, kwargs) if func in _FACTORY_FUNCS else None
+
+
+def _estimate_numel(func, args, kwargs=None) -> int:
+    """The size of the output a matmul, a broadcasting op or a factory is about to allocate (0:
+    unknown), so that a huge one is refused before it is allocated."""
+    if func in _FACTORY_FUNCS:
+        dims = _factory_sizes(func, args, kwargs)
+        return 0 if dims is None else math.prod(dims)
+    name = getattr(func, "__name__", "")
     tensors = [t for t in args if isinstance(t, torch.Tensor)]
-    if any(t.is_meta for t in tensors):
+    if len(tensors) < 2 or any(t.is_meta for t in tensors):
         return 0
     try:
-        if name in _MATMULS and len(tensors) >= 2:
+        if name in _MATMULS:
             a, b = tensors[-2], tensors[-1]
             if a.dim() >= 2 and b.dim() >= 2:
                 return _broadcast_numel(a.shape[:-2], b.shape[:-2]) * a.shape[-2] * b.shape[-1]
             return 0
-        if len(tensors) >= 2:
-            return _broadcast_numel(*(t.shape for t in tensors))
+        return _broadcast_numel(*(t.shape for t in tensors))
     except Exception:  # noqa: BLE001 - not broadcastable: the op will say so itself
         return 0
-    return 0
 
 
 _ATEN = torch.ops.aten
@@ -205,10 +333,16 @@ _WARM = False
 def warm_up() -> None:
     """Use the tripwires once per process, outside any budget, so that nothing a first use costs
     (Python-level caches; a lazily imported torch module) is paid inside a learner's first case.
-    The course's dispatch modes import nothing (``utils._clock.DispatchMode``), so this is cheap."""
+    The course's dispatch modes import nothing (``utils._clock.DispatchMode``), so this is cheap.
+
+    It also moves every object alive now (torch's modules, the notebook's imports) to the garbage
+    collector's permanent generation (``gc.freeze``): right after the imports, the next full
+    collection walks all of them (0.09 s of CPU in a bare process, more in a notebook kernel) and
+    it landed in the first check; frozen, full collections only walk what is made afterwards."""
     global _WARM
     if _WARM:
         return
+    gc.freeze()
     with _Limits({torch.ops.aten._softmax: "warm-up"}), _Tripwire((), Budget(numel=1 << 20, seconds=60.0)):
         x = torch.ones(2, 2)
         (x @ x + x).sum()
