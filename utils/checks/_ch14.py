@@ -566,69 +566,14 @@ def _submodule_names(n_layers: int) -> list:
     return names + ["norm_f", "lm_head"]
 
 
-def _first_tensor(x):
-    if isinstance(x, torch.Tensor):
-        return x
-    if isinstance(x, (tuple, list)) and x:
-        return _first_tensor(x[0])
-    return None
-
-
-def _record(model: nn.Module, names: list, seen: dict):
-    """Forward hooks on the sub-modules of ``model`` named in ``names``: {name: (input, output)}."""
-    modules = dict(model.named_modules())
-    handles = []
-    for name in names:
-        if name in modules:
-            def hook(mod, args, out, name=name):
-                seen.setdefault(name, (_first_tensor(args), _first_tensor(out)))
-            handles.append(modules[name].register_forward_hook(hook))
-    return handles
-
-
 def _locate_tinygpt(exercise, impl, cases, outputs, expected, errors) -> str | None:
-    """The first sub-module, by the prompt's names, whose output differs from the reference's."""
-    from .._guard import unguarded
+    """The first sub-module, by the prompt's names, whose output differs from the reference's: forward
+    hooks on the learner's model and the reference's, both built with the case's weights loaded by
+    those names, compared call by call (the full sequence, then the cached chunks)."""
+    from ._clues import locate_submodule
 
-    i = next((j for j, e in enumerate(errors) if e and not cases[j].grad and cases[j].init.get("state")), None)
-    if i is None:
-        return None
-    case = cases[i]
-    names = _submodule_names(case.init["ctor"][2])
-    seen = {"yours": {}, "reference": {}}
-    try:
-        with torch.no_grad():
-            for who, cls in (("yours", impl), ("reference", unguarded(exercise.reference))):
-                with learner_code() if who == "yours" else contextlib.nullcontext():
-                    model = _build(cls, case, case.init["state"])
-                    handles = _record(model, names, seen[who])
-                    try:
-                        model(case.args[0])
-                    finally:
-                        for h in handles:
-                            h.remove()
-    except Exception:  # noqa: BLE001 - a diagnosis never breaks a verdict
-        return None
-    order = [n for n in names if n in seen["reference"]]
-    last_ok = None
-    for name in order:
-        if name not in seen["yours"]:
-            continue
-        (your_in, mine), (ref_in, ref_out) = seen["yours"][name], seen["reference"][name]
-        if mine is None or ref_out is None or compare(ref_out, mine, 1e-4, 1e-4) is None:
-            last_ok = name
-            continue
-        same_in = your_in is not None and ref_in is not None and compare(ref_in, your_in, 1e-4, 1e-4) is None
-        if same_in:
-            where = f"{name}, whose input matches the reference's: the mistake is inside {name}"
-        elif last_ok is not None:
-            where = (f"{name}, whose input already differs although the output of {last_ok} matches: the mistake "
-                     f"is in what happens between them")
-        else:
-            where = f"{name}, whose input already differs (the embedding of idx)"
-        return (f"in case [{case.label}], with forward hooks on the prompt's sub-modules, the first whose output "
-                f"differs from the reference's is {where}.")
-    return None
+    return locate_submodule(exercise, impl, cases, outputs, expected, errors,
+                            names=lambda case: _submodule_names(case.init["ctor"][2]))
 
 
 TINYGPT_EXERCISE = Exercise(
