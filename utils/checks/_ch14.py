@@ -123,6 +123,8 @@ def _run_tinygpt(cls, case: Case):
     """
     params = case.kwargs
     model = _build(cls, case, case.init.get("state") or params)
+    if case.init.get("train"):
+        model.train()  # the contract has no dropout: training mode computes the same logits
     idx = case.args[0]
     n_layers, max_len = case.init["ctor"][2], case.init["ctor"][5]
     if getattr(model, "max_len", None) != max_len:
@@ -142,8 +144,12 @@ def _run_tinygpt(cls, case: Case):
         caches = [ConcatKVCache() for _ in range(n_layers)]
         pieces, pos = [], 0
         for n in [case.init["prefill"], *case.init["chunks"]]:
-            call = f"model(idx[:, {pos}:{pos + n}], caches=caches, start_pos={pos})"
-            piece, _ = _unpack(forward(idx[:, pos:pos + n], caches=caches, start_pos=pos), call)
+            if pos == 0:  # the prefill relies on start_pos's default, 0
+                call = f"model(idx[:, 0:{n}], caches=caches)"
+                piece, _ = _unpack(forward(idx[:, :n], caches=caches), call)
+            else:
+                call = f"model(idx[:, {pos}:{pos + n}], caches=caches, start_pos={pos})"
+                piece, _ = _unpack(forward(idx[:, pos:pos + n], caches=caches, start_pos=pos), call)
             pieces.append(piece)
             pos += n
     cached = torch.cat(pieces, dim=1) if all(isinstance(p, torch.Tensor) for p in pieces) else pieces
@@ -160,12 +166,14 @@ def _tinygpt_cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, config, batch, s, prefill, chunks, grad=False, qk_gain=2.0):
+    def add(label, config, batch, s, prefill, chunks, grad=False, qk_gain=2.0, train=False):
         vocab, d_model, n_layers, h, h_kv, max_len = config
         idx = torch.randint(0, vocab, (batch, s), generator=g)
         assert prefill + sum(chunks) == s <= max_len
         state = _reference_model(config, g, qk_gain)
         init = {"ctor": config, "seed": 0, "prefill": prefill, "chunks": chunks}
+        if train:
+            init["train"] = True
         steps = f"prefill {prefill}" + (f", then chunks {chunks}" if chunks else "")
         kwargs = {}
         if grad:  # the parameters travel as float64 tensors: the core differentiates with respect to them
@@ -201,6 +209,13 @@ def _tinygpt_cases(seed: int) -> list:
         qk_gain=8.0)
     add("prefill only", (19, 32, 1, 4, 1, 24), 2, 10, 10, [])
     add("S = 1", (9, 8, 1, 2, 1, 8), 3, 1, 1, [])
+    # No dropout (the contract): in training mode the logits are the eval-mode ones.
+    add("training mode (model.train(); the model has no dropout, so the logits equal eval mode's)",
+        (13, 16, 2, 4, 2, 12), 2, 6, 4, [2], train=True)
+    # Positions up to 255: RoPE's slow rotations tell base 10000 from 10001 (logits off by ~4e-3,
+    # 40x the tolerance), while float32 angles stay ~5e-6 from the reference (20x below it).
+    add("a long sequence (S = 256: RoPE's slow rotations show its base, 10000)", (13, 16, 1, 2, 1, 256), 1, 256,
+        250, [6], qk_gain=4.0)
     return cases
 
 
@@ -265,11 +280,25 @@ def _attention_variant(attn, x, cache, start_pos, *, rope="interleaved", causal=
     return attn.W_o(out)
 
 
+def _norm_variant(norm, x, unbiased=False):
+    if not unbiased:
+        return norm(x)
+    mu = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True)  # torch's default: unbiased (divides by d - 1)
+    return norm.weight * (x - mu) / torch.sqrt(var + 1e-5) + norm.bias
+
+
 def _gpt_variant(model, idx, caches, start_pos, post_norm=False, no_final_norm=False, act="gelu",
-                 inplace_residual=False, scaled_embedding=False, **attn_opts):
+                 inplace_residual=False, scaled_embedding=False, dropout=0.0, unbiased_norm=False, **attn_opts):
     x = model.tok_emb(idx)
     if scaled_embedding:
         x = x * math.sqrt(x.size(-1))
+
+    def drop(h):
+        return F.dropout(h, p=dropout, training=model.training) if dropout else h
+
+    def norm(mod, h):
+        return _norm_variant(mod, h, unbiased_norm)
 
     def ffn(blk, h):
         hidden = blk.ffn.linear1(h)
@@ -285,9 +314,9 @@ def _gpt_variant(model, idx, caches, start_pos, post_norm=False, no_final_norm=F
             x += _attention_variant(blk.attn, blk.norm1(x), cache, start_pos, **attn_opts)
             x += ffn(blk, blk.norm2(x))
         else:
-            x = x + _attention_variant(blk.attn, blk.norm1(x), cache, start_pos, **attn_opts)
-            x = x + ffn(blk, blk.norm2(x))
-    return model.lm_head(x if no_final_norm else model.norm_f(x)), caches
+            x = x + drop(_attention_variant(blk.attn, norm(blk.norm1, x), cache, start_pos, **attn_opts))
+            x = x + drop(ffn(blk, norm(blk.norm2, x)))
+    return model.lm_head(x if no_final_norm else norm(model.norm_f, x)), caches
 
 
 def _gpt_mutant(**opts):
@@ -355,6 +384,12 @@ TINYGPT_MUTANTS = [
     Mutant("embedding_scaled_by_sqrt_d_model",
            "the token embedding was multiplied by sqrt(d_model) (as in the original Transformer); this model feeds tok_emb(idx) to the first block as it is.",
            _gpt_mutant(scaled_embedding=True)),
+    Mutant("residual_dropout",
+           "the blocks apply dropout to their residual branches, which is active in training mode (model.train()): this model has no dropout, so training and eval mode give the same logits.",
+           _gpt_mutant(dropout=0.1)),
+    Mutant("layernorm_unbiased_variance",
+           "your LayerNorm uses the unbiased variance (x.var() divides by d − 1 by default); LayerNorm divides by d: x.var(dim=-1, unbiased=False, keepdim=True), or ((x - mean) ** 2).mean(-1, keepdim=True).",
+           _gpt_mutant(unbiased_norm=True)),
     Mutant("inplace_residual",
            "an in-place residual (x += attn(norm1(x))) overwrites x, which LayerNorm saved for the backward pass, so backpropagation fails: write x = x + attn(norm1(x)).",
            _gpt_mutant(inplace_residual=True)),
@@ -541,6 +576,7 @@ TINYGPT_CONTRACT = """A small decoder-only transformer: token embedding, n_layer
         No other parameters (buffers, e.g. a RoPE table, are up to you); self.max_len = max_len.
     Block: x = x + attn(norm1(x)), then x = x + ffn(norm2(x)); ffn(h) = linear2(gelu(linear1(h)))
         with the exact GELU (F.gelu). logits = lm_head(norm_f(x)), x = tok_emb(idx) at the start.
+        No dropout anywhere: training mode (model.train()) gives the same logits as eval mode.
     attn: causal grouped-query attention, softmax(q kᵀ / sqrt(head_dim)) v per head; query head h
         uses kv head h // (num_heads // num_kv_heads); RoPE (interleaved pairs, base 10000, as
         apply_rope) on q and k at positions start_pos, ..., start_pos + S - 1.
