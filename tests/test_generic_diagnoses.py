@@ -358,6 +358,16 @@ def test_a_changed_input_or_parameter_explains_the_output():
                 assert text not in msg, (key, other, msg)
 
 
+def _kv_bytes_without_layers_and_k_and_v(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+    return num_kv_heads * head_dim * seq_len * batch_size * bytes_per_elem
+
+
+def test_a_number_off_by_a_factor_of_the_arguments():
+    msg = verdict("kv_cache_bytes", _kv_bytes_without_layers_and_k_and_v)
+    assert "your output is the expected one divided by 2·num_layers: a factor missing." in msg, msg
+    assert "divided by" not in verdict("kv_cache_bytes", lambda *a, **k: 3)
+
+
 # ---------------------------------------------------------------- where the differences lie, named shapes
 def _sdpa_fill_minus_1e9(q, k, v, mask=None, dropout_p=0.0):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))

@@ -94,6 +94,8 @@ def size_names(exercise, case: Case) -> dict:
         if v % 2 == 0:
             add(f"{n} // 2", v // 2)
         add(f"2·{n}", 2 * v)
+        add(f"3·{n}", 3 * v)
+        add(f"4·{n}", 4 * v)
     quotients = []
     for a, va in base:
         for b, vb in base:
@@ -409,19 +411,19 @@ def _explain(exercise, case, etype: str, text: str, line, code: str):
                 return ("none attr", [], lambda s: (
                     f"a value that is None is used{where} as an object{extra}: a None argument is not handled, "
                     "or a function returned nothing."))
-            if f"self.{attr}" in code or owner not in ("Tensor", "int", "float", "tuple", "list", "dict", "str"):
+            if re.search(rf"\bself\.{attr}\b", code):
                 return (f"attr {attr}", [], lambda s: (
                     f"`{attr}` is read{where} from a {owner} that never set it: assign self.{attr} in __init__ (or "
                     "before this line), with that exact name."))
             return (f"attr {owner}.{attr}", [], lambda s: (
-                f"a {owner} has no attribute `{attr}`{where}: the value there is a {owner}, not what the line "
-                "expects."))
+                f"a {owner} has no attribute `{attr}`{where}: the object used there is a {owner}, not the kind of "
+                "object the line expects (or that attribute was never set)."))
 
     if etype == "TypeError":
         if "NoneType" in t:
             nones = _none_args(exercise, case)
-            extra = (f" In this case {', '.join(nones)} {'is' if len(nones) == 1 else 'are'} None: that case must "
-                     "be handled." if nones else "")
+            extra = (f" In this case {', '.join(nones)} {'is' if len(nones) == 1 else 'are'} None (the signature "
+                     "allows it): see how that value reaches this line." if nones else "")
             return ("none", [], lambda s: (
                 f"None is used as a value{where} (a tensor or a number is needed there).{extra}"))
         if re.search(r"must be tuple of ints, but found element of type float|'float' object cannot be interpreted "
@@ -547,7 +549,7 @@ def _shape_clue(exercise, cases, items: list):
     parts = []
     for j, d in enumerate(bad):
         got_names, exp_names = slots[j], slots[k + j]
-        if not got_names:
+        if not got_names and not exp_names:
             continue
         why = ": off by one" if _off_by_one(got_names, exp_names) else ""
         parts.append(f"dim {d} is {_say_size(g0[d], got_names)} where {_say_size(e0[d], exp_names)} is expected{why}")
@@ -1079,3 +1081,54 @@ def locate_submodule(exercise, impl, cases: list, outputs: list, expected: list,
             return (f"in case [{case.label}], with forward hooks on your model's sub-modules and the reference's (the "
                     f"same weights in both){call}, the first whose output differs from the reference's is {where}.")
     return None
+
+
+# ----------------------------------------------------------------------------------------------
+# A number off by a factor made of the arguments
+# ----------------------------------------------------------------------------------------------
+def factor_clues(exercise, cases: list, outputs: list, expected: list, failed: list) -> list:
+    """'your output is the expected one divided by num_layers·head_dim' in every failing case: the
+    ratio of two numbers is a product of the case's integer arguments (and 2)."""
+    import itertools
+
+    from ._diagnose import _Crashed
+
+    ratios = []
+    for i in failed:
+        e, g = expected[i], outputs[i]
+        if isinstance(g, _Crashed) or cases[i].judge is not None:
+            return []
+        try:
+            ev, gv = float(e), float(g)
+        except (TypeError, ValueError, RuntimeError):
+            return []
+        if isinstance(e, bool) or ev == 0 or gv == 0 or not (math.isfinite(ev) and math.isfinite(gv)):
+            return []
+        ratios.append((i, gv / ev))
+    if not ratios:
+        return []
+    params = list(_params_of(exercise))
+    rows = [{n: _get(exercise, cases[i], n) for n in params} for i, _ in ratios]
+    names = [n for n in params if all(isinstance(r[n], int) and not isinstance(r[n], bool) and r[n] >= 1 for r in rows)
+             and any(r[n] >= 2 for r in rows)]
+    if not names:
+        return []
+    ints = [[(n, r[n]) for n in names] for r in rows]
+    for size in range(1, min(len(names), 4) + 1):
+        for combo in itertools.combinations(range(len(names)), size):
+            for two in (1, 2):
+                for up in (True, False):
+                    ok = True
+                    for (i, r), row in zip(ratios, ints):
+                        f = two * math.prod(row[j][1] for j in combo)
+                        want = f if up else 1 / f
+                        if abs(r - want) > 1e-9 * abs(want):
+                            ok = False
+                            break
+                    if ok:
+                        factor = "·".join((["2"] if two == 2 else []) + [names[j] for j in combo])
+                        how = f"times {factor}: an extra factor" if up else f"divided by {factor}: a factor missing"
+                        where = "in both failing cases" if len(ratios) == 2 else (
+                            f"in all {len(ratios)} failing cases" if len(ratios) > 2 else f"in case [{cases[ratios[0][0]].label}]")
+                        return [f"{where}, your output is the expected one {how}."]
+    return []
