@@ -776,8 +776,9 @@ def _more_clues(exercise, cases: list, outputs: list, expected: list, errors: li
     if not any("shape" in ln for ln in said):
         add(lambda: _clues.shape_clues(exercise, cases, outputs, expected, errors, failed))
     add(lambda: _clues.crash_clues(exercise, cases, outputs, errors, failed))
-    if impl is not None and exercise.kind == "class" and getattr(exercise, "locate", None) is None:
-        add(lambda: [_clues.locate_submodule(exercise, impl, cases, outputs, expected, errors)])
+    if impl is not None and exercise.kind == "class":  # the exercise's own locator, or the generic one
+        locate = getattr(exercise, "locate", None) or _clues.locate_submodule
+        add(lambda: [locate(exercise, impl, cases, outputs, expected, errors)])
     return [ln[0].upper() + ln[1:] for ln in found]
 
 
@@ -785,7 +786,8 @@ def generic_diagnoses(exercise, cases: list, outputs: list, expected: list, erro
                       clues: bool = True, impl=None) -> list[str]:
     """Lines that need no mutant: clues about the outputs, and what the failing cases share.
     ``impl`` (the learner's answer, optional): for a module, also the first sub-module whose output
-    differs from the reference's."""
+    differs from the reference's (``Exercise.locate``, or ``_clues.locate_submodule``). The core
+    passes it once it no longer says the exercise's ``locate`` on a line of its own ("Where:")."""
     failed = [i for i, e in enumerate(errors) if e]
     lines = []
     deadline = time.process_time() + GENERIC_SECONDS
