@@ -1132,3 +1132,31 @@ def factor_clues(exercise, cases: list, outputs: list, expected: list, failed: l
                             f"in all {len(ratios)} failing cases" if len(ratios) > 2 else f"in case [{cases[ratios[0][0]].label}]")
                         return [f"{where}, your output is the expected one {how}."]
     return []
+
+
+def none_clues(exercise, cases: list, outputs: list, expected: list, failed: list) -> list:
+    """'your code returned None' (the whole output or one part of it) in the failing cases."""
+    from ._compare import name_paths
+    from ._diagnose import _Crashed, _leaves
+
+    hits = []
+    for i in failed:
+        out = outputs[i]
+        if isinstance(out, _Crashed) or cases[i].judge is not None or expected[i] is None:
+            continue
+        if out is None:
+            hits.append((i, "output"))
+            continue
+        for path, e, g in _leaves(expected[i], out):
+            if g is None and e is not None:
+                hits.append((i, name_paths(exercise, path)))
+                break
+    if not hits or len({p for _, p in hits}) != 1:
+        return []
+    i, path = hits[0]
+    where = f"in case [{cases[i].label}]" if len(hits) == 1 else f"in {len(hits)} failing cases"
+    if path == "output":
+        return [f"{where}, your code returned None: a return statement is missing or not reached (a branch that "
+                "falls through), or it returns the result of something that returns nothing."]
+    return [f"{where}, your {path} is None: what is returned in its place holds None (a variable left at None, or "
+            "the result of something that returns nothing)."]

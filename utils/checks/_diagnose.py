@@ -770,7 +770,8 @@ def _more_clues(exercise, cases: list, outputs: list, expected: list, errors: li
         return got
 
     if not explained:
-        add(lambda: _clues.factor_clues(exercise, cases, outputs, expected, failed)) or \
+        add(lambda: _clues.none_clues(exercise, cases, outputs, expected, failed)) or \
+            add(lambda: _clues.factor_clues(exercise, cases, outputs, expected, failed)) or \
             add(lambda: _clues.transform_clues(exercise, cases, outputs, expected, errors, failed)) or \
             add(lambda: _clues.where_clues(exercise, cases, outputs, expected, failed))
     if not any("shape" in ln for ln in said):
