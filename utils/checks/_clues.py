@@ -198,14 +198,32 @@ def _none_args(exercise, case) -> list:
     from ._model import _input_names
 
     given = dict(zip(_input_names(exercise, len(case.args)), case.args)) | dict(case.kwargs)
-    target = exercise.reference.forward if exercise.kind == "class" else exercise.reference
-    try:
-        params = inspect.signature(target).parameters
-    except (TypeError, ValueError):
-        params = {}
+    given |= {n: v for n, v in _named_args(exercise, case) if n not in given}
+    targets = [exercise.reference.forward, exercise.reference.__init__] if exercise.kind == "class" else \
+        [exercise.reference]
+    params = {}
+    for target in targets:
+        try:
+            params |= {n: p for n, p in inspect.signature(target).parameters.items() if n not in params}
+        except (TypeError, ValueError):
+            pass
     out = [n for n, v in given.items() if v is None]
     out += [n for n, p in params.items() if n not in given and n not in ("self", "ctx") and p.default is None]
     return out
+
+
+def _nones_in(exercise, case, code: str) -> list:
+    """The None arguments of the case that the learner's line names."""
+    return [n for n in _none_args(exercise, case) if code and re.search(rf"\b{re.escape(n)}\b", code)]
+
+
+def _matmul_cause(s: list) -> str:
+    """What two named inner sizes of a matrix product that disagree say (nothing when unnamed)."""
+    if _off_by_one(s[0], s[1]):
+        return ": one of them is off by one (a range, slice or length)"
+    if s[0] and s[1] and not set(s[0]) & set(s[1]):
+        return ": a transpose is missing or extra, or the operands are in the wrong order"
+    return ""
 
 
 def _explain(exercise, case, etype: str, text: str, line, code: str):
@@ -237,8 +255,8 @@ def _explain(exercise, case, etype: str, text: str, line, code: str):
 
         def render(s):
             return (f"in the matrix product{where}, the left operand's last dim is {_say_size(k1, s[0])} but the "
-                    f"right operand's first dim is {_say_size(k2, s[1])}; they must be equal (A (n, k) @ B (k, m)): "
-                    "a transpose is missing or extra, or the operands are in the wrong order.")
+                    f"right operand's first dim is {_say_size(k2, s[1])}; they must be equal (A (n, k) @ B (k, m))"
+                    f"{_matmul_cause(s)}.")
         return ("matmul", [k1, k2], render)
 
     m = re.search(r"Expected size for first two dimensions of batch2 tensor to be: \[(\d+), (\d+)\] but got: "
@@ -248,8 +266,8 @@ def _explain(exercise, case, etype: str, text: str, line, code: str):
         if b1 == b2:
             def render(s):
                 return (f"in the matrix product{where}, the left operand's last dim is {_say_size(k1, s[0])} but the "
-                        f"right operand's dim -2 is {_say_size(k2, s[1])}; they must be equal (… (n, k) @ … (k, m)): "
-                        "a transpose is missing or extra, or the operands are in the wrong order.")
+                        f"right operand's dim -2 is {_say_size(k2, s[1])}; they must be equal (… (n, k) @ … (k, m))"
+                        f"{_matmul_cause(s)}.")
             return ("bmm", [k1, k2], render)
 
         def render(s):
@@ -406,7 +424,7 @@ def _explain(exercise, case, etype: str, text: str, line, code: str):
         if m:
             owner, attr = m.groups()
             if owner == "NoneType":
-                nones = _none_args(exercise, case)
+                nones = _nones_in(exercise, case, code)
                 extra = f" (in this case {', '.join(nones)} {'is' if len(nones) == 1 else 'are'} None)" if nones else ""
                 return ("none attr", [], lambda s: (
                     f"a value that is None is used{where} as an object{extra}: a None argument is not handled, "
@@ -421,14 +439,14 @@ def _explain(exercise, case, etype: str, text: str, line, code: str):
 
     if etype == "TypeError":
         if "NoneType" in t:
-            nones = _none_args(exercise, case)
+            nones = _nones_in(exercise, case, code)
             extra = (f" In this case {', '.join(nones)} {'is' if len(nones) == 1 else 'are'} None (the signature "
                      "allows it): see how that value reaches this line." if nones else "")
             return ("none", [], lambda s: (
                 f"None is used as a value{where} (a tensor or a number is needed there).{extra}"))
         if re.search(r"must be tuple of ints, but found element of type float|'float' object cannot be interpreted "
-                     r"as an integer|slice indices must be integers|received an invalid combination of arguments - "
-                     r"got \(float|argument 'size'.*float", t):
+                     r"as an integer|slice indices must be integers|argument 'size'.*float|argument 'shape'.*float|"
+                     r"type must be tuple of ints,\s*but got float", t):
             return ("float size", [], lambda s: (
                 f"a size or an index is a float{where}: `/` always gives a float; sizes and indices need integer "
                 "division `//` (or int(...))."))

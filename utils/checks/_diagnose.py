@@ -449,7 +449,7 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
                               "rows sum to 1 (a distribution over the last dim)."))
     # a constant factor or offset, for the whole tensor or per row
     c = float((gd * ed).sum() / (ed * ed).sum())
-    if abs(c - 1) > 1e-3 and _close(c * ed, gd, atol, rtol):
+    if abs(c - 1) > 1e-3 and abs(c) > 1e-6 and _close(c * ed, gd, atol, rtol):  # not "times 1e-15": that is zero
         return [(f"constant factor={c!r}={path}", f"your {path} is the expected one times {_nice_number(c)} everywhere.")]
     shift = float((gd - ed).mean())
     if abs(shift) > atol and _close(ed + shift, gd, atol, rtol) and float((ed + shift - gd).abs().max()) <= 0.1 * float(err.max()):
