@@ -459,8 +459,8 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
         num, den = (gd * ed).sum(-1, keepdim=True), (ed * ed).sum(-1, keepdim=True)
         r = torch.where(den > 0, num / den.clamp_min(1e-300), torch.ones_like(den))
         before = float(err.max())  # a per-row fit must explain the error, not tuck it under the tolerance
-        if _close(r * ed, gd, atol, rtol) and float((r - 1).abs().max()) > 1e-3 \
-                and float((r * ed - gd).abs().max()) <= 0.1 * before:
+        if _close(r * ed, gd, atol, rtol) and float((r - 1).abs().max()) > 1e-3 and float(r.abs().min()) > 1e-6 \
+                and float((r * ed - gd).abs().max()) <= 0.1 * before:  # (a factor of ~0 is not a normalisation)
             clues = [c for c in clues if c[0] != "rows do not sum to 1"]  # the factor says more
             clues.append(("factor per row", f"each row (over the last dim) of your {path} is the expected row times its "
                           f"own factor ({float(r.min()):.4g} … {float(r.max()):.4g}): a missing or wrong normalisation "
