@@ -1077,9 +1077,13 @@ def locate_submodule(exercise, impl, cases: list, outputs: list, expected: list,
         got = {}
         for name, x, y in ours:
             got.setdefault(name, (x, y))
-        last_ok, seen = None, set()
+        last_ok, seen, skipped = None, set(), []
         for name, x, y in refs:
-            if name in seen or name not in got or (allowed is not None and name not in allowed):
+            if name in seen or (allowed is not None and name not in allowed):
+                continue
+            if name not in got:
+                if name not in skipped:
+                    skipped.append(name)  # the reference calls it, the learner's model never does
                 continue
             seen.add(name)
             gx, gy = got[name]
@@ -1089,7 +1093,12 @@ def locate_submodule(exercise, impl, cases: list, outputs: list, expected: list,
             same_in = x is not None and gx is not None and compare(x, gx, atol, rtol) is None
             call = "" if len(refs) == 0 or len(theirs) == 1 else (
                 " in the first forward call" if c == 0 else f" in forward call {c + 1} of {len(theirs)}")
-            if same_in:
+            never = [n for n in skipped if not any(n.startswith(m + ".") for m in skipped if m != n)]
+            if never and not same_in:
+                shown = ", ".join(never[:3]) + (" …" if len(never) > 3 else "")
+                where = (f"{name}, whose input already differs; before it, your model never called {shown}, which the "
+                         "reference calls")
+            elif same_in:
                 where = f"{name}, whose input matches the reference's: the mistake is inside {name}"
             elif last_ok is not None:
                 where = (f"{name}, whose input already differs although the output of {last_ok} matches: the mistake "
