@@ -418,7 +418,7 @@ def test_a_module_names_the_first_submodule_whose_output_differs():
         outputs, errors, expected = evaluate(ex, NoNorm2, cases)
     where = locate_submodule(ex, NoNorm2, cases, outputs, expected, errors)
     assert where and ("the first whose output differs from the reference's is cross_attn.W_q, whose input already "
-                      "differs although the output of self_attn matches") in where, where
+                      "differs; before it, your model never called norm2, which the reference calls.") in where, where
     with torch.random.fork_rng():
         outputs, errors, expected = evaluate(ex, unguarded(ex.reference), cases)
     assert locate_submodule(ex, unguarded(ex.reference), cases, outputs, expected, errors) is None
