@@ -243,6 +243,187 @@ def test_nothing_said_of_a_wrong_answer_without_pattern():
     assert _mask_clues(m, g, "mask") == []
 
 
+# ---------------------------------------------------------------- what an error means (issue 24 §5)
+def _sdpa_k_not_transposed(q, k, v, mask=None, dropout_p=0.0):
+    w = masked_softmax_impl(q @ k / math.sqrt(q.size(-1)), mask)
+    return w @ v, w
+
+
+def _sdpa_float32_inside(q, k, v, mask=None, dropout_p=0.0):
+    w = masked_softmax_impl(q @ k.transpose(-2, -1).float() / math.sqrt(q.size(-1)), mask)
+    return w @ v, w
+
+
+def _sdpa_softmax_changed_in_place(q, k, v, mask=None, dropout_p=0.0):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, dim=-1)
+    w.nan_to_num_(0.0)
+    return w @ v, w
+
+
+def _causal_refusing_s_k_below_s_q(s_q, s_k=None):
+    s_k = s_q if s_k is None else s_k
+    if s_k < s_q:
+        raise ValueError("s_k must be >= s_q")
+    return torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=s_k - s_q)
+
+
+def test_crash_clues_name_sizes_dtypes_in_place_ops_and_own_checks():
+    msg = verdict("scaled_dot_product_attention", _sdpa_k_not_transposed)
+    assert re.search(r"Clue: In \d+ failing cases that raised it, in the matrix product at line \d+ \(`w = "
+                     r"masked_softmax_impl\(q @ k / .*`\), the left operand's last dim is \d+ \(= d_k\) but the right "
+                     r"operand's dim -2 is \d+ \(= S_k\)", msg), msg
+    msg = verdict("scaled_dot_product_attention", _sdpa_float32_inside)
+    assert re.search(r"float32 and float64 tensors meet at line \d+ .*This case's inputs are float64", msg), msg
+    msg = verdict("scaled_dot_product_attention", _sdpa_softmax_changed_in_place)
+    assert re.search(r"in a gradient case, the output of Softmax \(shape \[[\d, ]+\]\) was changed in place after "
+                     r"autograd saved it", msg), msg
+    msg = verdict("causal_mask", _causal_refusing_s_k_below_s_q)
+    assert re.search(r"your own check at line \d+ \(`raise ValueError\(\"s_k must be >= s_q\"\)`\) refuses this case "
+                     r"\(s_q=\d+, s_k=\d+\), which the contract allows: its condition is wrong\.", msg), msg
+
+
+def test_sizes_are_named_only_across_cases_and_never_below_3():
+    from utils.checks._clues import _name_slots, size_names
+
+    ex = EXERCISES["scaled_dot_product_attention"]
+    cases = [c for c in ex.make_cases(ex.default_seed) if c.args and c.args[0].dim() == 3][:3]
+    names = [size_names(ex, c) for c in cases]
+    q, k = cases[0].args[0], cases[0].args[1]
+    assert "S_k" in names[0][k.shape[-2]] and "d_k" in names[0][q.shape[-1]]
+    sk = [[c.args[1].shape[-2]] for c in cases]
+    assert "S_k" in _name_slots(sk, names)[0]
+    assert _name_slots(sk[:1], names[:1]) == [[]]  # one case: a size may match a name by chance
+    assert _name_slots([[2], [2]], [{2: ["B"]}, {2: ["B"]}]) == [[]]
+
+
+# ---------------------------------------------------------------- the reference, one thing changed
+def _sdpa_mask_negated(q, k, v, mask=None, dropout_p=0.0):
+    w = masked_softmax_impl(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), None if mask is None else ~mask)
+    return w @ v, w
+
+
+def _sdpa_mask_ignored(q, k, v, mask=None, dropout_p=0.0):
+    w = masked_softmax_impl(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), None)
+    return w @ v, w
+
+
+def _swa_window_plus_one(q, k, v, window, causal=False):
+    return unguarded(EXERCISES["sliding_window_attention"].reference)(q, k, v, window + 1, causal)
+
+
+def _logsumexp_default_dim_0(x, dim=0):
+    m = x.max(dim=dim, keepdim=True).values
+    return (m + torch.log(torch.exp(x - m).sum(dim=dim, keepdim=True))).squeeze(dim)
+
+
+class _LayerNormWithoutWeight(unguarded(EXERCISES["LayerNorm"].reference)):
+    def forward(self, x):
+        m = x.mean(-1, keepdim=True)
+        return (x - m) / torch.sqrt(((x - m) ** 2).mean(-1, keepdim=True) + self.eps) + self.bias
+
+
+class _MHAWithQAndKSwapped(unguarded(EXERCISES["MultiHeadAttention"].reference)):
+    def forward(self, query, key, value, mask=None):
+        self.W_q, self.W_k = self.W_k, self.W_q
+        try:
+            return super().forward(query, key, value, mask)
+        finally:
+            self.W_q, self.W_k = self.W_k, self.W_q
+
+
+def test_a_changed_input_or_parameter_explains_the_output():
+    said = {
+        "negated": verdict("scaled_dot_product_attention", _sdpa_mask_negated),
+        "ignored": verdict("scaled_dot_product_attention", _sdpa_mask_ignored),
+        "window": verdict("sliding_window_attention", _swa_window_plus_one),
+        "default": verdict("logsumexp", _logsumexp_default_dim_0),
+        "weight": verdict("LayerNorm", _LayerNormWithoutWeight),
+        "swap": verdict("MultiHeadAttention", _MHAWithQAndKSwapped),
+    }
+    expected = {
+        "negated": "your output equals the reference's when mask is read the other way round (~mask)",
+        "ignored": "your output equals the reference's when mask is ignored (as if mask=None).",
+        "window": "your output equals the reference's when called with window + 1 (e.g. window=",
+        "default": "your output equals the reference's when dim, left out, defaults to",
+        "weight": "your output equals the reference's when weight is not applied (as if weight were all ones).",
+        "swap": "your output equals the reference's when W_q and W_k are used in each other's place.",
+    }
+    for key, text in expected.items():
+        assert text in said[key], said[key]
+        for other, msg in said.items():  # each is said of its own mistake only
+            if other != key:
+                assert text not in msg, (key, other, msg)
+
+
+def _kv_bytes_without_layers_and_k_and_v(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_elem=2):
+    return num_kv_heads * head_dim * seq_len * batch_size * bytes_per_elem
+
+
+def test_a_number_off_by_a_factor_of_the_arguments():
+    msg = verdict("kv_cache_bytes", _kv_bytes_without_layers_and_k_and_v)
+    assert "your output is the expected one divided by 2·num_layers: a factor missing." in msg, msg
+    assert "divided by" not in verdict("kv_cache_bytes", lambda *a, **k: 3)
+
+
+# ---------------------------------------------------------------- where the differences lie, named shapes
+def _sdpa_fill_minus_1e9(q, k, v, mask=None, dropout_p=0.0):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    w = torch.softmax(s if mask is None else s.masked_fill(~mask, -1e9), dim=-1)
+    return w @ v, w
+
+
+def _rope_first_of_each_pair_wrong(x, positions=None, base=10000.0):
+    S, D = x.shape[-2], x.shape[-1]
+    pos = torch.arange(S) if positions is None else positions
+    ang = pos.to(torch.float64)[:, None] * base ** (-2.0 * torch.arange(D // 2, dtype=torch.float64) / D)
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * c + b * s, a * s + b * c), -1).flatten(-2)
+
+
+def _strided_one_row_too_many(s, stride):
+    return unguarded(EXERCISES["strided_sparse_mask"].reference)(s + 1, stride)[:, :s]
+
+
+def test_where_the_differences_lie_and_named_shapes():
+    msg = verdict("scaled_dot_product_attention", _sdpa_fill_minus_1e9)
+    assert re.search(r"your out differs exactly in the rows whose mask is all False \(the fully masked query rows\) "
+                     r"\(expected zeros there\) and is right everywhere else\.", msg), msg
+    msg = verdict("apply_rope", _rope_first_of_each_pair_wrong)
+    assert ("your output differs only at the even indices of the last dim (the first element of each pair 2i, 2i + 1) "
+            "and is right at the odd ones.") in msg, msg
+    assert "fully masked" not in msg
+    msg = verdict("strided_sparse_mask", _strided_one_row_too_many)
+    assert re.search(r"your output has shape \(\d+, \d+\) instead of \(\d+, \d+\): dim 0 is \d+ \(= s \+ 1\) where "
+                     r"\d+ \(= s\) is expected: off by one\.", msg), msg
+
+
+def test_a_module_names_the_first_submodule_whose_output_differs():
+    from utils.checks._clues import locate_submodule
+
+    ex = EXERCISES["DecoderLayer"]
+
+    class NoNorm2(unguarded(ex.reference)):
+        def forward(self, x, memory, src_mask=None, tgt_mask=None):
+            x = x + self.dropout(self.self_attn(*[self.norm1(x)] * 3, tgt_mask)[0])
+            a, cross_weights = self.cross_attn(x, memory, memory, src_mask)  # norm2 left out
+            x = x + self.dropout(a)
+            return x + self.dropout(self.ffn(self.norm3(x))), cross_weights
+
+    cases = ex.make_cases(ex.default_seed)
+    with torch.random.fork_rng():
+        outputs, errors, expected = evaluate(ex, NoNorm2, cases)
+    where = locate_submodule(ex, NoNorm2, cases, outputs, expected, errors)
+    assert where and ("the first whose output differs from the reference's is cross_attn.W_q, whose input already "
+                      "differs; before it, your model never called norm2, which the reference calls.") in where, where
+    with torch.random.fork_rng():
+        outputs, errors, expected = evaluate(ex, unguarded(ex.reference), cases)
+    assert locate_submodule(ex, unguarded(ex.reference), cases, outputs, expected, errors) is None
+
+
 # ---------------------------------------------------------------- correct answers, bank first
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_a_correct_answer_gets_no_diagnosis(name):

@@ -123,6 +123,8 @@ def _run_tinygpt(cls, case: Case):
     """
     params = case.kwargs
     model = _build(cls, case, case.init.get("state") or params)
+    if case.init.get("train"):
+        model.train()  # the contract has no dropout: training mode computes the same logits
     idx = case.args[0]
     n_layers, max_len = case.init["ctor"][2], case.init["ctor"][5]
     if getattr(model, "max_len", None) != max_len:
@@ -142,8 +144,12 @@ def _run_tinygpt(cls, case: Case):
         caches = [ConcatKVCache() for _ in range(n_layers)]
         pieces, pos = [], 0
         for n in [case.init["prefill"], *case.init["chunks"]]:
-            call = f"model(idx[:, {pos}:{pos + n}], caches=caches, start_pos={pos})"
-            piece, _ = _unpack(forward(idx[:, pos:pos + n], caches=caches, start_pos=pos), call)
+            if pos == 0:  # the prefill relies on start_pos's default, 0
+                call = f"model(idx[:, 0:{n}], caches=caches)"
+                piece, _ = _unpack(forward(idx[:, :n], caches=caches), call)
+            else:
+                call = f"model(idx[:, {pos}:{pos + n}], caches=caches, start_pos={pos})"
+                piece, _ = _unpack(forward(idx[:, pos:pos + n], caches=caches, start_pos=pos), call)
             pieces.append(piece)
             pos += n
     cached = torch.cat(pieces, dim=1) if all(isinstance(p, torch.Tensor) for p in pieces) else pieces
@@ -160,12 +166,14 @@ def _tinygpt_cases(seed: int) -> list:
     r, g = rng(seed), generator(seed)
     cases = []
 
-    def add(label, config, batch, s, prefill, chunks, grad=False, qk_gain=2.0):
+    def add(label, config, batch, s, prefill, chunks, grad=False, qk_gain=2.0, train=False):
         vocab, d_model, n_layers, h, h_kv, max_len = config
         idx = torch.randint(0, vocab, (batch, s), generator=g)
         assert prefill + sum(chunks) == s <= max_len
         state = _reference_model(config, g, qk_gain)
         init = {"ctor": config, "seed": 0, "prefill": prefill, "chunks": chunks}
+        if train:
+            init["train"] = True
         steps = f"prefill {prefill}" + (f", then chunks {chunks}" if chunks else "")
         kwargs = {}
         if grad:  # the parameters travel as float64 tensors: the core differentiates with respect to them
@@ -201,6 +209,13 @@ def _tinygpt_cases(seed: int) -> list:
         qk_gain=8.0)
     add("prefill only", (19, 32, 1, 4, 1, 24), 2, 10, 10, [])
     add("S = 1", (9, 8, 1, 2, 1, 8), 3, 1, 1, [])
+    # No dropout (the contract): in training mode the logits are the eval-mode ones.
+    add("training mode (model.train(); the model has no dropout, so the logits equal eval mode's)",
+        (13, 16, 2, 4, 2, 12), 2, 6, 4, [2], train=True)
+    # Positions up to 255: RoPE's slow rotations tell base 10000 from 10001 (logits off by ~4e-3,
+    # 40x the tolerance), while float32 angles stay ~5e-6 from the reference (20x below it).
+    add("a long sequence (S = 256: RoPE's slow rotations show its base, 10000)", (13, 16, 1, 2, 1, 256), 1, 256,
+        250, [6], qk_gain=4.0)
     return cases
 
 
@@ -265,11 +280,25 @@ def _attention_variant(attn, x, cache, start_pos, *, rope="interleaved", causal=
     return attn.W_o(out)
 
 
+def _norm_variant(norm, x, unbiased=False):
+    if not unbiased:
+        return norm(x)
+    mu = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True)  # torch's default: unbiased (divides by d - 1)
+    return norm.weight * (x - mu) / torch.sqrt(var + 1e-5) + norm.bias
+
+
 def _gpt_variant(model, idx, caches, start_pos, post_norm=False, no_final_norm=False, act="gelu",
-                 inplace_residual=False, scaled_embedding=False, **attn_opts):
+                 inplace_residual=False, scaled_embedding=False, dropout=0.0, unbiased_norm=False, **attn_opts):
     x = model.tok_emb(idx)
     if scaled_embedding:
         x = x * math.sqrt(x.size(-1))
+
+    def drop(h):
+        return F.dropout(h, p=dropout, training=model.training) if dropout else h
+
+    def norm(mod, h):
+        return _norm_variant(mod, h, unbiased_norm)
 
     def ffn(blk, h):
         hidden = blk.ffn.linear1(h)
@@ -285,9 +314,9 @@ def _gpt_variant(model, idx, caches, start_pos, post_norm=False, no_final_norm=F
             x += _attention_variant(blk.attn, blk.norm1(x), cache, start_pos, **attn_opts)
             x += ffn(blk, blk.norm2(x))
         else:
-            x = x + _attention_variant(blk.attn, blk.norm1(x), cache, start_pos, **attn_opts)
-            x = x + ffn(blk, blk.norm2(x))
-    return model.lm_head(x if no_final_norm else model.norm_f(x)), caches
+            x = x + drop(_attention_variant(blk.attn, norm(blk.norm1, x), cache, start_pos, **attn_opts))
+            x = x + drop(ffn(blk, norm(blk.norm2, x)))
+    return model.lm_head(x if no_final_norm else norm(model.norm_f, x)), caches
 
 
 def _gpt_mutant(**opts):
@@ -355,6 +384,12 @@ TINYGPT_MUTANTS = [
     Mutant("embedding_scaled_by_sqrt_d_model",
            "the token embedding was multiplied by sqrt(d_model) (as in the original Transformer); this model feeds tok_emb(idx) to the first block as it is.",
            _gpt_mutant(scaled_embedding=True)),
+    Mutant("residual_dropout",
+           "the blocks apply dropout to their residual branches, which is active in training mode (model.train()): this model has no dropout, so training and eval mode give the same logits.",
+           _gpt_mutant(dropout=0.1)),
+    Mutant("layernorm_unbiased_variance",
+           "your LayerNorm uses the unbiased variance (x.var() divides by d − 1 by default); LayerNorm divides by d: x.var(dim=-1, unbiased=False, keepdim=True), or ((x - mean) ** 2).mean(-1, keepdim=True).",
+           _gpt_mutant(unbiased_norm=True)),
     Mutant("inplace_residual",
            "an in-place residual (x += attn(norm1(x))) overwrites x, which LayerNorm saved for the backward pass, so backpropagation fails: write x = x + attn(norm1(x)).",
            _gpt_mutant(inplace_residual=True)),
@@ -541,6 +576,7 @@ TINYGPT_CONTRACT = """A small decoder-only transformer: token embedding, n_layer
         No other parameters (buffers, e.g. a RoPE table, are up to you); self.max_len = max_len.
     Block: x = x + attn(norm1(x)), then x = x + ffn(norm2(x)); ffn(h) = linear2(gelu(linear1(h)))
         with the exact GELU (F.gelu). logits = lm_head(norm_f(x)), x = tok_emb(idx) at the start.
+        No dropout anywhere: training mode (model.train()) gives the same logits as eval mode.
     attn: causal grouped-query attention, softmax(q kᵀ / sqrt(head_dim)) v per head; query head h
         uses kv head h // (num_heads // num_kv_heads); RoPE (interleaved pairs, base 10000, as
         apply_rope) on q and k at positions start_pos, ..., start_pos + S - 1.
@@ -566,69 +602,14 @@ def _submodule_names(n_layers: int) -> list:
     return names + ["norm_f", "lm_head"]
 
 
-def _first_tensor(x):
-    if isinstance(x, torch.Tensor):
-        return x
-    if isinstance(x, (tuple, list)) and x:
-        return _first_tensor(x[0])
-    return None
-
-
-def _record(model: nn.Module, names: list, seen: dict):
-    """Forward hooks on the sub-modules of ``model`` named in ``names``: {name: (input, output)}."""
-    modules = dict(model.named_modules())
-    handles = []
-    for name in names:
-        if name in modules:
-            def hook(mod, args, out, name=name):
-                seen.setdefault(name, (_first_tensor(args), _first_tensor(out)))
-            handles.append(modules[name].register_forward_hook(hook))
-    return handles
-
-
 def _locate_tinygpt(exercise, impl, cases, outputs, expected, errors) -> str | None:
-    """The first sub-module, by the prompt's names, whose output differs from the reference's."""
-    from .._guard import unguarded
+    """The first sub-module, by the prompt's names, whose output differs from the reference's: forward
+    hooks on the learner's model and the reference's, both built with the case's weights loaded by
+    those names, compared call by call (the full sequence, then the cached chunks)."""
+    from ._clues import locate_submodule
 
-    i = next((j for j, e in enumerate(errors) if e and not cases[j].grad and cases[j].init.get("state")), None)
-    if i is None:
-        return None
-    case = cases[i]
-    names = _submodule_names(case.init["ctor"][2])
-    seen = {"yours": {}, "reference": {}}
-    try:
-        with torch.no_grad():
-            for who, cls in (("yours", impl), ("reference", unguarded(exercise.reference))):
-                with learner_code() if who == "yours" else contextlib.nullcontext():
-                    model = _build(cls, case, case.init["state"])
-                    handles = _record(model, names, seen[who])
-                    try:
-                        model(case.args[0])
-                    finally:
-                        for h in handles:
-                            h.remove()
-    except Exception:  # noqa: BLE001 - a diagnosis never breaks a verdict
-        return None
-    order = [n for n in names if n in seen["reference"]]
-    last_ok = None
-    for name in order:
-        if name not in seen["yours"]:
-            continue
-        (your_in, mine), (ref_in, ref_out) = seen["yours"][name], seen["reference"][name]
-        if mine is None or ref_out is None or compare(ref_out, mine, 1e-4, 1e-4) is None:
-            last_ok = name
-            continue
-        same_in = your_in is not None and ref_in is not None and compare(ref_in, your_in, 1e-4, 1e-4) is None
-        if same_in:
-            where = f"{name}, whose input matches the reference's: the mistake is inside {name}"
-        elif last_ok is not None:
-            where = (f"{name}, whose input already differs although the output of {last_ok} matches: the mistake "
-                     f"is in what happens between them")
-        else:
-            where = f"{name}, whose input already differs (the embedding of idx)"
-        return (f"in case [{case.label}], with forward hooks on the prompt's sub-modules, the first whose output "
-                f"differs from the reference's is {where}.")
-    return None
+    return locate_submodule(exercise, impl, cases, outputs, expected, errors,
+                            names=lambda case: _submodule_names(case.init["ctor"][2]))
 
 
 TINYGPT_EXERCISE = Exercise(

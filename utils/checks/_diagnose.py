@@ -449,23 +449,26 @@ def _float_clues(e: torch.Tensor, g: torch.Tensor, path: str, atol: float, rtol:
                               "rows sum to 1 (a distribution over the last dim)."))
     # a constant factor or offset, for the whole tensor or per row
     c = float((gd * ed).sum() / (ed * ed).sum())
-    if abs(c - 1) > 1e-3 and _close(c * ed, gd, atol, rtol):
+    if abs(c - 1) > 1e-3 and abs(c) > 1e-6 and _close(c * ed, gd, atol, rtol):  # not "times 1e-15": that is zero
         return [(f"constant factor={c!r}={path}", f"your {path} is the expected one times {_nice_number(c)} everywhere.")]
     shift = float((gd - ed).mean())
-    if abs(shift) > atol and _close(ed + shift, gd, atol, rtol):
+    if abs(shift) > atol and _close(ed + shift, gd, atol, rtol) and float((ed + shift - gd).abs().max()) <= 0.1 * float(err.max()):
         clues.append((f"constant offset={shift!r}={path}", f"your {path} is the expected one plus {shift:.4g} everywhere."))
         return clues
     if e.dim() >= 1 and e.shape[-1] >= 2 and e.numel() > e.shape[-1]:
         num, den = (gd * ed).sum(-1, keepdim=True), (ed * ed).sum(-1, keepdim=True)
         r = torch.where(den > 0, num / den.clamp_min(1e-300), torch.ones_like(den))
-        if _close(r * ed, gd, atol, rtol) and float((r - 1).abs().max()) > 1e-3:
+        before = float(err.max())  # a per-row fit must explain the error, not tuck it under the tolerance
+        if _close(r * ed, gd, atol, rtol) and float((r - 1).abs().max()) > 1e-3 and float(r.abs().min()) > 1e-6 \
+                and float((r * ed - gd).abs().max()) <= 0.1 * before:  # (a factor of ~0 is not a normalisation)
             clues = [c for c in clues if c[0] != "rows do not sum to 1"]  # the factor says more
             clues.append(("factor per row", f"each row (over the last dim) of your {path} is the expected row times its "
                           f"own factor ({float(r.min()):.4g} … {float(r.max()):.4g}): a missing or wrong normalisation "
                           "of each row."))
             return clues
         d = (gd - ed).mean(-1, keepdim=True)
-        if _close(ed + d, gd, atol, rtol) and float(d.abs().max()) > atol:
+        if _close(ed + d, gd, atol, rtol) and float(d.abs().max()) > atol \
+                and float((ed + d - gd).abs().max()) <= 0.1 * before:
             clues.append(("offset per row", f"each row (over the last dim) of your {path} is the expected row plus its "
                           f"own constant ({float(d.min()):.4g} … {float(d.max()):.4g})."))
             return clues
@@ -753,17 +756,63 @@ def output_clues(exercise, cases: list, outputs: list, expected: list, failed: l
     return lines
 
 
+MAX_CLUES = 3  # Clue lines in one message
+
+
+def _more_clues(exercise, cases: list, outputs: list, expected: list, errors: list, failed: list,
+                said: list, impl=None) -> list[str]:
+    """What ``_clues`` adds to the output clues: a transformation of the inputs or parameters that
+    explains the output, where the differences lie, named sizes of a wrong shape, what an error
+    means, and (given the learner's class) the first sub-module whose output differs."""
+    from . import _clues
+
+    explained = [ln for ln in said if " right in every case; only " not in ln and "only the gradients differ" not in ln]
+    found: list = []
+
+    def add(step) -> list:
+        try:
+            got = step() or []
+        except Exception:  # noqa: BLE001 - a diagnosis never breaks a verdict
+            got = []
+        for ln in got:
+            if ln and ln not in found:
+                found.append(ln)
+        return got
+
+    if not explained:
+        add(lambda: _clues.none_clues(exercise, cases, outputs, expected, failed)) or \
+            add(lambda: _clues.factor_clues(exercise, cases, outputs, expected, failed)) or \
+            add(lambda: _clues.transform_clues(exercise, cases, outputs, expected, errors, failed)) or \
+            add(lambda: _clues.where_clues(exercise, cases, outputs, expected, failed))
+    if not any("shape" in ln for ln in said):
+        add(lambda: _clues.shape_clues(exercise, cases, outputs, expected, errors, failed))
+    add(lambda: _clues.crash_clues(exercise, cases, outputs, errors, failed))
+    if impl is not None and exercise.kind == "class":  # the exercise's own locator, or the generic one
+        locate = getattr(exercise, "locate", None) or _clues.locate_submodule
+        add(lambda: [locate(exercise, impl, cases, outputs, expected, errors)])
+    return [ln[0].upper() + ln[1:] for ln in found]
+
+
 def generic_diagnoses(exercise, cases: list, outputs: list, expected: list, errors: list,
-                      clues: bool = True) -> list[str]:
-    """Lines that need no mutant: clues about the outputs, and what the failing cases share."""
+                      clues: bool = True, impl=None) -> list[str]:
+    """Lines that need no mutant: clues about the outputs, and what the failing cases share.
+    ``impl`` (the learner's answer, optional): for a module, also the first sub-module whose output
+    differs from the reference's (``Exercise.locate``, or ``_clues.locate_submodule``). The core
+    passes it once it no longer says the exercise's ``locate`` on a line of its own ("Where:")."""
     failed = [i for i, e in enumerate(errors) if e]
     lines = []
     deadline = time.process_time() + GENERIC_SECONDS
     if clues:
+        said = []
         try:
-            lines += [CLUE_PREFIX + ln for ln in output_clues(exercise, cases, outputs, expected, failed, deadline)]
+            said = output_clues(exercise, cases, outputs, expected, failed, deadline)
         except Exception:  # noqa: BLE001 - a diagnosis never breaks a verdict
             pass
+        try:
+            said += _more_clues(exercise, cases, outputs, expected, errors, failed, said, impl)
+        except Exception:  # noqa: BLE001
+            pass
+        lines += [CLUE_PREFIX + ln for ln in said[:MAX_CLUES]]
     try:
         share = shared_features(exercise, cases, failed)
     except Exception:  # noqa: BLE001
