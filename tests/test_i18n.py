@@ -370,3 +370,11 @@ def test_a_failing_checks_first_case_is_labelled_in_chinese(monkeypatch):
         assert line == f"第一个失败的用例：{zh}：x (3, 5), dim=-1", line
     monkeypatch.setenv("COURSE_LANG", "en")
     assert _i18n.tr(f"First failing case: {next(iter(table))}: x") == f"First failing case: {next(iter(table))}: x"
+
+
+def test_every_case_label_reaches_the_catalogue_whole():
+    """A label's description ends at its first ': ' (the arguments follow); a ': ' inside the
+    description's parentheses would cut it there, and half a label would be translated. Every
+    catalogued label has balanced parentheses (write '; ' inside them)."""
+    cut = [label for label in i18n.all_case_labels() if label.count("(") != label.count(")")]
+    assert not cut, cut

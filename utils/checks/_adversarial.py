@@ -284,7 +284,7 @@ def _below_fill(exercise, cases):
             k = k - (k @ u)[..., None] * u - a * u
             # q·k sums terms of 10¹⁰: their rounding (~10⁻⁶) differs with the order of the sum, so the
             # weights agree to ~10⁻⁶ only (a fill mistake is off by O(1))
-            out.append(("every score ≈ −10¹⁰ (float64: each query +a·u, each key −a·u), far below any finite fill "
+            out.append(("every score ≈ −10¹⁰ (float64; each query +a·u, each key −a·u), far below any finite fill "
                         "value such as −1e9", replace(with_args(exercise, case, **{q_name: q, k_name: k}), tol=(1e-4, 1e-3))))
         return out
     if exercise.rescale is None:

@@ -51,7 +51,7 @@ def _mask_cases(seed: int) -> list:
     add("window = s − 1, causal (full causal)", 6, 5, True)
     add("window = s", 4, 4, False)
     add("window > s, causal", 4, 9, True)
-    add("a long sequence (s > 255: positions past any 8-bit integer)", 300, 5)
+    add("a long sequence (s > 255; positions past any 8-bit integer)", 300, 5)
     add("a long sequence, causal", 260, 7, True)
     for i in range(6):  # random sizes, odd ones included
         s = r.randint(2, 17)

@@ -167,7 +167,7 @@ def _rope_cases(seed: int) -> list:
     add("large-magnitude inputs (|x| ~ 100)", (2, 5, 8), scale=100.0)
     add("float64 input (the output keeps x's dtype)", (2, 3, 6), positions=torch.tensor([0, 9, 40]), dtype=F64)
     add("negative positions (a rotation back)", (2, 6, 8), positions=torch.tensor([-3, 0, 5, -40, -1, 12]))
-    add("every position 0 (no rotation: the output equals x, as a new tensor)", (2, 4, 6),
+    add("every position 0 (no rotation; the output equals x, as a new tensor)", (2, 4, 6),
         positions=torch.zeros(4, dtype=torch.long))
     for i in range(4):  # random shapes; positions ≤ 100 keep float32 angle round-off small
         lead = tuple(r.randint(1, 3) for _ in range(r.randint(0, 2)))

@@ -205,7 +205,7 @@ def _tinygpt_cases(seed: int) -> list:
             r.randint(1, 2), s, prefill, chunks)
     add("gradients, multi-query attention, one token per decode step", (11, 12, 1, 3, 1, 8), 1, 5, 3, [1, 1],
         grad=True)
-    add("large scores (q and k weights 8x larger: peaked attention)", (13, 16, 1, 2, 1, 12), 2, 8, 3, [5],
+    add("large scores (q and k weights 8x larger; peaked attention)", (13, 16, 1, 2, 1, 12), 2, 8, 3, [5],
         qk_gain=8.0)
     add("prefill only", (19, 32, 1, 4, 1, 24), 2, 10, 10, [])
     add("S = 1", (9, 8, 1, 2, 1, 8), 3, 1, 1, [])
@@ -214,7 +214,7 @@ def _tinygpt_cases(seed: int) -> list:
         (13, 16, 2, 4, 2, 12), 2, 6, 4, [2], train=True)
     # Positions up to 255: RoPE's slow rotations tell base 10000 from 10001 (logits off by ~4e-3,
     # 40x the tolerance), while float32 angles stay ~5e-6 from the reference (20x below it).
-    add("a long sequence (S = 256: RoPE's slow rotations show its base, 10000)", (13, 16, 1, 2, 1, 256), 1, 256,
+    add("a long sequence (S = 256; RoPE's slow rotations show its base, 10000)", (13, 16, 1, 2, 1, 256), 1, 256,
         250, [6], qk_gain=4.0)
     return cases
 
