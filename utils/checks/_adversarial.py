@@ -80,6 +80,19 @@ def planned_kinds(exercise) -> tuple:
     return tuple(k for k in out if k not in c.off)
 
 
+def fills_scores(exercise) -> bool:
+    """Whether the exercise may fill scores (a mask argument, a causal flag or a window): the
+    rules' advice on fill values applies. A contract says so itself where a running max is kept."""
+    if "mask" in arg_kinds(exercise).values():
+        return True
+    try:
+        target = exercise.reference.forward if exercise.kind == "class" else exercise.reference
+        params = inspect.signature(inspect.unwrap(target)).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return bool({"causal", "window", "is_causal"} & set(params))
+
+
 # ----------------------------------------------------------------------------------------------
 # Reading and writing a case's arguments by name
 # ----------------------------------------------------------------------------------------------
@@ -114,7 +127,7 @@ def describe_args(exercise, case) -> str:
     ctor = case.init.get("ctor") if case.init else None
     if ctor is not None:
         kw = "".join(f", {k}={v}" for k, v in case.init.get("ctor_kwargs", {}).items())
-        parts.append(f"{exercise.reference.__name__}{tuple(ctor)}"[:-1] + f"{kw})")
+        parts.append(f"{exercise.reference.__name__}({', '.join(map(repr, ctor))}{kw})")
     return ", ".join(parts)
 
 
@@ -254,6 +267,21 @@ def _run_module_float64(cls, case):
 BELOW = 1e10  # scores this far below zero: a finite fill value (-1e9, -1e4) would then be the largest score
 
 
+def _hide_a_key(exercise, case):
+    """The case with a mask that hides the last key from every query, where the exercise takes a
+    mask and the case has none: a fill value only shows when some key is masked. A (S_q, S_k) mask
+    broadcasts to every mask shape the contracts allow ("broadcastable to (..., S_q, S_k)")."""
+    mask_name = next((n for n, k in arg_kinds(exercise).items() if k == "mask"), None)
+    if mask_name is None or named_args(exercise, case).get(mask_name) is not None:
+        return case
+    s = _scores(exercise, case)
+    if s is None or s.dim() < 2 or s.shape[-1] < 2:
+        return case
+    mask = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool)
+    mask[:, -1] = False
+    return with_args(exercise, case, **{mask_name: mask})
+
+
 def _below_fill(exercise, cases):
     """Scores far below any finite fill value: a masked score set to -1e9 (or a running max started
     at -1e9) would then lead. Scores given: every one shifted by -10¹⁰ (float64). Queries and keys
@@ -266,7 +294,7 @@ def _below_fill(exercise, cases):
         case = _to_dtype(exercise, base, F64)
         name, s = _of_kind(exercise, case, "scores")
         return [("every score shifted by −10¹⁰ (float64), far below any finite fill value such as −1e9",
-                 with_args(exercise, case, **{name: s - BELOW}))]
+                 _hide_a_key(exercise, with_args(exercise, case, **{name: s - BELOW})))]
     bases = _bases(exercise, cases, need=("query", "key"),
                    pred=lambda c: _of_kind(exercise, c, "query")[1].shape[-1] == _of_kind(exercise, c, "key")[1].shape[-1])
     if bases and exercise.kind == "function":
@@ -285,7 +313,8 @@ def _below_fill(exercise, cases):
             # q·k sums terms of 10¹⁰: their rounding (~10⁻⁶) differs with the order of the sum, so the
             # weights agree to ~10⁻⁶ only (a fill mistake is off by O(1))
             out.append(("every score ≈ −10¹⁰ (float64; each query +a·u, each key −a·u), far below any finite fill "
-                        "value such as −1e9", replace(with_args(exercise, case, **{q_name: q, k_name: k}), tol=(1e-4, 1e-3))))
+                        "value such as −1e9", replace(_hide_a_key(exercise, with_args(exercise, case, **{q_name: q, k_name: k})),
+                                                     tol=(1e-4, 1e-3))))
         return out
     if exercise.rescale is None:
         return []
@@ -294,9 +323,31 @@ def _below_fill(exercise, cases):
         return []
     s = _scores(exercise, base)
     top = float(s.abs().max()) if s is not None and s.numel() else 3.0
-    scaled = exercise.rescale(base, BELOW / max(top, 1e-3))
+    scaled = _isolate_lowest(exercise, exercise.rescale(base, BELOW / max(top, 1e-3)))
     return [("|scores| ≈ 10¹⁰: rows whose visible scores are all negative lie far below any finite fill value "
              "such as −1e9", replace(scaled, tol=(1e-4, 1e-3)))]
+
+
+def _isolate_lowest(exercise, case):
+    """A module's case whose scores reach ±10¹⁰, with a mask that leaves, in every row whose lowest
+    score is below −2·10⁹, only that key visible: the row's one visible score then lies far below any
+    finite fill value, which a masked key filled with −1e9 would beat. Other rows keep their mask.
+    Modules with one mask argument and scores the core can compute; otherwise the last key hidden."""
+    masks = [n for n, k in arg_kinds(exercise).items() if k == "mask"]
+    s = _scores(exercise, case)
+    if len(masks) != 1 or s is None or s.dim() < 2 or s.shape[-1] < 2:
+        return _hide_a_key(exercise, case)
+    given = named_args(exercise, case).get(masks[0])
+    full = torch.ones(s.shape, dtype=torch.bool) if given is None else _full_mask(given, s.shape)
+    if full is None:
+        return case
+    s = s.double().masked_fill(~full, math.inf)
+    low = s.argmin(-1, keepdim=True)
+    only = torch.zeros(s.shape, dtype=torch.bool).scatter(-1, low, True)
+    rows = s.amin(-1, keepdim=True) < -2e9
+    if not bool(rows.any()):
+        return _hide_a_key(exercise, case)
+    return with_args(exercise, case, **{masks[0]: torch.where(rows, only, full)})
 
 
 def _masked_max(exercise, cases):

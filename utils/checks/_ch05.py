@@ -18,6 +18,7 @@ from ._core import Case, Exercise, Mutant, Variant, build_module, generator, lay
 from ._forbid import MHA, SDPA
 from ._guards import STATE, dropout_hint
 from ._registry import register
+from ._ch03 import DROPOUT_SHARED_OVER_BATCH, DROPOUT_WHOLE_COLUMNS, DROPOUT_WHOLE_ROWS, _agreement, _dispersion
 
 __all__ = [
     "check_SelfAttention",
@@ -398,7 +399,7 @@ def _mha_dropout_consistent(case: Case, got) -> str | None:
         return f"out should have shape {(B, S, D)}, got {tuple(out.shape)}."
     sums = w.sum(-1).transpose(1, 2).repeat_interleave(D // H, dim=-1)  # (B, S, D): head h's row sums
     if torch.allclose(out, sums, atol=1e-4, rtol=1e-4):
-        return None
+        return _mha_dropout_independent(w)
     if bool((w != 0).all()):  # the returned weights were not dropped, yet out differs
         blocks = out.view(B, S, H, D // H)
         constant = bool(torch.allclose(blocks, blocks[..., :1].expand_as(blocks), atol=1e-6))
@@ -406,7 +407,31 @@ def _mha_dropout_consistent(case: Case, got) -> str | None:
     return "out is not what the returned weights produce (weights @ v, heads merged, W_o)."
 
 
-MHA_DROPOUT = Dropout(on="each attention weight", ctor="dropout", probe=_mha_dropout_probe,
+DROPOUT_SHARED_OVER_HEADS = ("one dropout mask was shared by the heads: each head's weights are dropped independently, "
+                             "one draw per weight of the (B, H, S_q, S_k) weights (nn.Dropout on the weights does it).")
+
+
+def _mha_dropout_independent(w: torch.Tensor) -> str | None:
+    """Each weight of the (B, H, S, S) weights dropped on its own: not shared by the heads or the batch
+    entries, nor kept or dropped by whole query rows or key columns (the judges of chapter 03)."""
+    keep = w != 0
+    if keep.dim() != 4 or not 0.02 < 1 - float(keep.double().mean()) < 0.98:
+        return None
+    for a, b, what, hint in ((keep[:, 0], keep[:, 1], "heads", DROPOUT_SHARED_OVER_HEADS),
+                             (keep[0], keep[1], "batch entries", DROPOUT_SHARED_OVER_BATCH)):
+        seen = _agreement(a, b)
+        if seen:
+            return f"the two {what} kept the same weights at {seen} of the positions. Likely mistake: {hint}"
+    for dim, hint, what in ((-1, DROPOUT_WHOLE_ROWS, "query row"), (-2, DROPOUT_WHOLE_COLUMNS, "key column")):
+        ratio = _dispersion(keep, dim)
+        if ratio is not None and ratio > 2.5:
+            return (f"the share dropped per {what} varies {ratio:.0f} times as much as independent draws allow. "
+                    f"Likely mistake: {hint}")
+    return None
+
+
+MHA_DROPOUT = Dropout(on="each attention weight, independently (of the other weights, heads and batch entries)",
+                      ctor="dropout", probe=_mha_dropout_probe,
                       values=lambda case, got: got[1], consistent=_mha_dropout_consistent,
                       hints={"ignored": DROPOUT_IGNORED, "not_rescaled": DROPOUT_NOT_RESCALED})
 
@@ -494,6 +519,13 @@ def _key_padding(batch: int, s_k: int, g: torch.Generator, pad_all: bool = False
     if pad_all:
         mask[-1] = False  # the last sequence is all padding: its rows are fully masked
     return mask[:, None, None, :]
+
+
+def _mha_case_scores(case: Case) -> torch.Tensor:
+    """Per-head scores (B, H, S_q, S_k) of a case (no reference needed)."""
+    H = case.init["ctor"][1]
+    state = {k: v.double() for k, v in case.init["state"].items()}
+    return _mha_scores_by_hand(state, case.args[0].double(), case.args[1].double(), H)
 
 
 def _mha_rescale(case: Case, c: float) -> Case:
@@ -598,6 +630,9 @@ class _MHAMistake(nn.Module):
             w = returned = w * (torch.rand_like(w) >= p)
         elif self.dropout_mode == "not_returned":
             w = self.dropout(w)
+        elif self.dropout_mode == "shared_heads" and self.training and p > 0:
+            keep = torch.rand(w.shape[0], 1, *w.shape[2:]) >= p  # one mask for every head
+            w = returned = w * keep / (1 - p)
         heads = w @ v  # (B, H, S_q, D_h)
         out = self.merge_heads(heads.flip(1) if self.heads_reversed else heads)
         if self.use_W_o:
@@ -670,6 +705,7 @@ MHA_MUTANTS = [
     Mutant("bias_flag_ignored", MHA_BIAS_HINT, _mha(bias_ignored=True)),
     Mutant("dropout_ignored", DROPOUT_IGNORED, _mha(dropout_mode="ignored")),
     Mutant("dropout_not_rescaled", DROPOUT_NOT_RESCALED, _mha(dropout_mode="not_rescaled")),
+    Mutant("dropout_shared_over_heads", DROPOUT_SHARED_OVER_HEADS, _mha(dropout_mode="shared_heads")),
     Mutant("dropout_on_output", DROPOUT_ON_OUTPUT, _mha(dropout_mode="output")),
     Mutant("weights_returned_before_dropout", DROPOUT_NOT_RETURNED, _mha(dropout_mode="not_returned")),
     Mutant("dropout_keep_probability", dropout_hint("keep_probability", "dropout"), _mha(dropout_mode="keep")),
@@ -784,7 +820,8 @@ MHA_EXERCISE = Exercise(
         and projected by W_o.
         returns out (B, S_q, d_model) and the per-head weights (B, H, S_q, S_k); a fully masked
         query row gets zero weights.
-    """, forbid=(SDPA, MHA), grad="query, key, value and every parameter", kinds={"query": "tokens", "key": "key", "value": "value", "mask": "mask"}, dropout=MHA_DROPOUT),
+    """, forbid=(SDPA, MHA), grad="query, key, value and every parameter", kinds={"query": "tokens", "key": "key", "value": "value", "mask": "mask"}, dropout=MHA_DROPOUT,
+                      scores=_mha_case_scores),
 )
 check_MultiHeadAttention = register(MHA_EXERCISE)
 

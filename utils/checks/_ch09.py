@@ -954,7 +954,7 @@ GQA_EXERCISE = Exercise(
         Prefill then decode token by token gives the same outputs as one forward over the whole x.
     The module keeps no state between calls: what carries over from one decode step to the next
     lives in the cache it is given.
-    """, forbid=(SDPA, MHA), grad="x and every parameter", kinds={"x": "tokens"}),
+    """, fills=True, forbid=(SDPA, MHA), grad="x and every parameter", kinds={"x": "tokens"}),
 )
 check_GroupedQueryAttention = register(GQA_EXERCISE)
 

@@ -146,7 +146,7 @@ QUADRATIC_WORK = (
 
 
 def _work_cost() -> Cost:
-    return Cost(sizes=({"S": 64}, {"S": 512}), build=_memory_case,
+    return Cost(sizes=({"S": 16}, {"S": 64}, {"S": 512}), build=_memory_case,
                 work=lambda S: 4 * S * MEMORY_D * (MEMORY_D_V + 1), work_text="4·S·D·(D_v + 1)",
                 setting=f"S_q = S_k = S, D = {MEMORY_D}, D_v = {MEMORY_D_V}; φ(q)φ(k)ᵀ alone is S²·D",
                 why=QUADRATIC_WORK, tol=(1e-4, 1e-3))

@@ -438,7 +438,7 @@ ONLINE_SOFTMAX_EXERCISE = Exercise(
     columns every max, sum or product reads).
     -inf entries are allowed, also in whole leading blocks; a row of all -inf gives zeros. Any
     finite score is allowed, however far below 0 (the running max starts at -inf).
-    """, forbid=(SOFTMAX, LOGSUMEXP), kinds={"x": "scores"}),
+    """, fills=True, forbid=(SOFTMAX, LOGSUMEXP), kinds={"x": "scores"}),
 )
 check_online_softmax = register(ONLINE_SOFTMAX_EXERCISE)
 

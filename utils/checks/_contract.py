@@ -88,12 +88,15 @@ class Gradients(Rule):
     enforcer = "_model.forward_and_grads (Case.grad) and _adversarial (large |x|)"
 
     def doc(self, contract):
-        return _wrap(f"Gradients are compared too (float64, for {self.of}), also at large |x|: build new "
+        also = ", also at large |x|" if "grad_large" in contract.adversarial else ""
+        return _wrap(f"Gradients are compared too (float64, for {self.of}){also}: build new "
                      "tensors rather than editing in place a tensor autograd needs.")
 
     def prompt(self, contract):
+        where = (", including at large magnitudes (|scores| past exp's range)" if "large" in contract.adversarial
+                 else ", including at large |x|" if "grad_large" in contract.adversarial else "")
         return (f"**Gradients:** the check also compares the gradients of a random "
-                f"loss in float64, for {self.of}, including at large magnitudes (|scores| past exp's range). "
+                f"loss in float64, for {self.of}{where}. "
                 "Build new tensors (`torch.where`, `masked_fill`) rather than editing in place a tensor autograd "
                 "needs, and keep every step visible to autograd.")
 
@@ -170,7 +173,8 @@ class Cost(Rule):
     def at(self) -> str:
         def one(size):
             return ", ".join(f"{k} = {v:,}" if isinstance(v, int) else f"{k} = {v}" for k, v in size.items())
-        return " and ".join(f"({one(s)})" if len(s) > 1 else one(s) for s in self.sizes)
+        parts = [f"({one(s)})" if len(s) > 1 else one(s) for s in self.sizes]
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
     def limits(self) -> str:
         text = f"no tensor above {self.numel_text} elements" if self.numel_text else ""
@@ -297,7 +301,12 @@ class Adversarial(Rule):
         return ""  # stated in the prompt's rules block only: the docstring says what to compute
 
     def prompt(self, contract):
-        return ("**Inputs the check also uses:** " + "; ".join(ADVERSARIAL_TEXT[k] for k in self.kinds)
+        def text(k):
+            if k == "below_fill" and not contract.fills:  # nothing to fill and no running max: the fact only
+                return ADVERSARIAL_TEXT[k].split(":")[0]
+            return ADVERSARIAL_TEXT[k]
+
+        return ("**Inputs the check also uses:** " + "; ".join(text(k) for k in self.kinds)
                 + ". Each is a valid input of the contract above.")
 
 
@@ -332,6 +341,7 @@ class Contract:
     scores: Callable | None = None
     shapes: dict = field(default_factory=dict)  # {argument: [dims]} where doc has no ``name: (dims)`` line
     adversarial: tuple = ()  # filled by the core: the kinds it derives cases for
+    fills: bool | None = None  # masks scores or keeps a running max (the fill advice applies); None: inferred
 
     def rules(self) -> list:
         out = []

@@ -148,7 +148,7 @@ class Exercise:
     locate: Callable | None = None
 
     def __post_init__(self):
-        from ._adversarial import planned_kinds
+        from ._adversarial import fills_scores, planned_kinds
         from ._contract import Contract
 
         if isinstance(self.contract, str):  # a docstring alone: the course-wide defaults apply
@@ -157,6 +157,8 @@ class Exercise:
             if self.contract.forbid and not self.forbidden:
                 self.forbidden = tuple(self.contract.forbid)
             self.contract.adversarial = planned_kinds(self)
+            if self.contract.fills is None:
+                self.contract.fills = fills_scores(self)
             self.own_cases = self.make_cases
             self.make_cases = self._declared_cases
 
