@@ -35,9 +35,14 @@ MHA = Forbidden(
     (aten._native_multi_head_attention,),
 )
 LAYERNORM = Forbidden(
-    "nn.LayerNorm / F.layer_norm",
-    (F.layer_norm, torch.layer_norm, torch.native_layer_norm, patched_entry(nn.LayerNorm, "forward")),
-    (aten.native_layer_norm, aten.layer_norm),
+    "nn.LayerNorm / F.layer_norm / F.group_norm / F.instance_norm / F.batch_norm / F.rms_norm",
+    (F.layer_norm, torch.layer_norm, torch.native_layer_norm, patched_entry(nn.LayerNorm, "forward"),
+     # each computes a layer norm with a reshape (one group over the features; RMS norm of x - mean)
+     F.group_norm, torch.group_norm, torch.native_group_norm, F.instance_norm, torch.instance_norm,
+     F.batch_norm, torch.batch_norm, torch.native_batch_norm, F.rms_norm, torch.rms_norm),
+    (aten.native_layer_norm, aten.layer_norm, aten.native_group_norm, aten.group_norm, aten.instance_norm,
+     aten.batch_norm, aten.native_batch_norm, aten._native_batch_norm_legit,
+     aten._native_batch_norm_legit_no_training, aten._batch_norm_impl_index, aten.rms_norm, aten._fused_rms_norm),
 )
 # Every path into the autograd engine (torch.autograd.grad, Tensor.backward, their aliases, and
 # functions imported before the check started) goes through Variable._execution_engine.
