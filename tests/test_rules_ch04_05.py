@@ -161,8 +161,8 @@ def test_ch05_examiner_answers_in_other_styles_pass():
     class MultiHeadAttention(_MHA):  # permute/reshape, weights multiplied by D_h ** -0.5
         pass
 
-    class SelfAttention(_SA):  # masked_fill with -1e9, then torch.where: correct
-        fill = -1e9
+    class SelfAttention(_SA):  # masked_fill with float32's lowest value, then torch.where: correct
+        fill = -3.0e38
 
         def forward(self, x, mask=None):
             out, w = super().forward(x, mask)
@@ -173,6 +173,12 @@ def test_ch05_examiner_answers_in_other_styles_pass():
 
     run_check(EXERCISES["MultiHeadAttention"], MultiHeadAttention, quiet=True)
     run_check(EXERCISES["SelfAttention"], SelfAttention, quiet=True)
+
+    class SelfAttentionFill1e9(SelfAttention):  # the same with -1e9: the rules block says "not −1e9"
+        fill = -1e9
+
+    with pytest.raises(CheckFailure, match="far below any finite fill value"):
+        run_check(EXERCISES["SelfAttention"], SelfAttentionFill1e9, quiet=True)
 
 
 # ---------------------------------------------------------------- demo variants

@@ -276,13 +276,13 @@ def test_elu_gradient_past_exps_range_is_compared():
 
 def test_linear_attention_work_is_counted_at_two_sizes():
     """Row blocks of φ(q)φ(k)ᵀ hold no tensor above the memory budget, and a quadratic path taken only
-    for short inputs never meets the S = 512 and 2048 memory cases: the work budget at S = 64 and 512
+    for short inputs never meets the S = 512 and 2048 memory cases: the work budget at S = 16, 64 and 512
     (4·S·D·(D_v + 1) multiply-adds) rejects both."""
     from utils.checks._ch11 import QUADRATIC_WORK, _linear, _quadratic
 
     ex = EXERCISES["linear_attention"]
     work = [c for c in ex.make_cases(ex.default_seed) if c.budget is not None and c.budget.work]
-    assert sorted({c.args[0].size(-2) for c in work}) == [64, 512]
+    assert sorted({c.args[0].size(-2) for c in work}) == [16, 64, 512]
 
     def short_inputs_quadratic(q, k, v, eps=1e-6):
         return _quadratic(q, k, v, eps) if q.size(-2) <= 256 else _linear(q, k, v, eps)
