@@ -120,8 +120,9 @@ def skeleton(assignment: str) -> str:
     existing file are kept (matched by cell and excerpt)."""
     path = REVIEWS / f"{assignment}.md"
     old = path.read_text() if path.exists() else ""
-    filled = {(r[0], r[1]): r[2] for r in _rows(old, "Numeric sentences") if len(r) >= 3}
-    described = {r[0]: r[2] for r in _rows(old, "Figures") if len(r) >= 3}
+    # a filled cell that holds an unescaped "|" was split there: keep all of it, the bar escaped
+    filled = {(r[0], r[1]): " \\| ".join(r[2:]) for r in _rows(old, "Numeric sentences") if len(r) >= 3}
+    described = {r[0]: " \\| ".join(r[2:]) for r in _rows(old, "Figures") if len(r) >= 3}
     head, _, _ = old.partition("\n## Numeric sentences")
     if not head.strip():
         head = (f"# Review of {assignment}\n\n<!-- review: chapter={assignment} hash={'0' * 32} -->\n\n"
