@@ -271,9 +271,10 @@ def _hide_a_key(exercise, case):
     """The case with a mask that hides the last key from every query, where the exercise takes a
     mask and the case has none: a fill value only shows when some key is masked. A (S_q, S_k) mask
     broadcasts to every mask shape the contracts allow ("broadcastable to (..., S_q, S_k)")."""
-    mask_name = next((n for n, k in arg_kinds(exercise).items() if k == "mask"), None)
-    if mask_name is None or named_args(exercise, case).get(mask_name) is not None:
-        return case
+    masks = [n for n, k in arg_kinds(exercise).items() if k == "mask"]
+    if len(masks) != 1 or named_args(exercise, case).get(masks[0]) is not None:
+        return case  # no mask, or several (which scores each one masks is not the core's to guess)
+    mask_name = masks[0]
     s = _scores(exercise, case)
     if s is None or s.dim() < 2 or s.shape[-1] < 2:
         return case
