@@ -389,6 +389,25 @@ def lock_down(ex, union: list):
     return load_guard, call_guard
 
 
+def cap_memory(allowance: int) -> int:
+    """Lower this process's address-space limit, soft and hard, to what it maps now plus
+    ``allowance`` bytes (the largest ``Budget.memory`` of its cases). Called after the lock-down and
+    before the learner's definitions load (a class body could compute at load time): nothing the
+    learner's code does afterwards can raise a hard limit (that needs CAP_SYS_RESOURCE in the
+    machine's first user namespace, which a sandboxed process never has), and the kernel refuses
+    every mapping beyond it, whatever torch's modes say. Returns the allowance."""
+    import resource
+
+    with open("/proc/self/statm", encoding="ascii") as f:
+        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = mapped + allowance
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return allowance
+
+
 # ----------------------------------------------------------------------------------- an exercise
 def plain(x, depth=0):
     import torch
@@ -472,7 +491,9 @@ def run_exercise(name: str, payload: bytes, chunks: list, union_names: list, out
                 union.append(g)
     budget_of, call = ex.case_budget, ex.call
     encode, seed_of, reseed_ = wire.encode, case_seed, reseed
-    load_guard, call_guard = lock_down(ex, union)  # the last step before any learner code
+    memory = [b.memory for b in map(budget_of, cases) if b is not None and b.memory is not None]
+    load_guard, call_guard = lock_down(ex, union)
+    cap = cap_memory(max(memory)) if memory else None  # the last step before any learner code
 
     holder = getattr(ex.reference, "__name__", "") if ex.kind == "class" else ""
     chunks = [c if isinstance(c, str) else c["code"] for c in chunks
@@ -511,7 +532,13 @@ def run_exercise(name: str, payload: bytes, chunks: list, union_names: list, out
                 outputs.append({"__crashed__": f"over budget: {str(err)[:300]}"})
                 break
             except Exception as err:  # noqa: BLE001 - the learner's bug on this case
-                outputs.append({"__crashed__": f"raised {type(err).__name__}: {str(err)[:300]}"})
+                if cap is not None and (isinstance(err, MemoryError) or "allocate" in str(err)):
+                    outputs.append({"__crashed__": f"over its memory: the re-check lets this exercise's process "
+                                                   f"obtain at most {cap / 2**20:,.0f} MiB beyond what it held before "
+                                                   f"your code loaded, and it asked for more "
+                                                   f"({type(err).__name__}: {str(err)[:200]})"})
+                else:
+                    outputs.append({"__crashed__": f"raised {type(err).__name__}: {str(err)[:300]}"})
                 break
             try:
                 outputs.append(plain(out))

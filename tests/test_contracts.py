@@ -75,7 +75,13 @@ def test_what_a_declaration_states_is_enforced(name):
     for rule in c.budgets:
         assert len(rule.sizes) >= 2, f"{name}: a budget is measured at two sizes or more"
     budgeted = [x for x in cases if x.budget is not None and x.label.startswith("budget at ")]
-    assert len(budgeted) == sum(len(r.sizes) * len(r.variants) for r in c.budgets)
+    assert len(budgeted) == sum(len(r.sizes) * len(r.variants) + (len(r.probe_variants or r.variants) if r.probe else 0)
+                                for r in c.budgets)
+    for rule in c.budgets:  # a probe: the re-check's memory cap, and the rule's other limits there too
+        if rule.probe:
+            probes = [x for x in budgeted if x.budget.memory is not None and x.budget.why == rule.why]
+            assert probes and all(x.budget.memory == rule.probe_bytes(**rule.probe) for x in probes)
+            assert all((x.budget.numel is not None) == (rule.numel is not None) for x in probes)
     own = ex.own_cases(ex.default_seed)
     for kind in c.adversarial:
         assert _adversarial.KINDS[kind](ex, own), f"{name}: the declared adversarial kind {kind} gives no case"

@@ -46,6 +46,54 @@ def sliding_window_attention(q, k, v, window, causal=False):
         return _quadratic(q, k, v, window, causal)
 '''
 
+# R1, the same kind in two more chapters: causal linear attention (chapter 11) through φ(q)φ(k)ᵀ, the
+# S×S matrix its rule forbids, after trying to lift the re-check's memory limit; and flash attention
+# (chapter 13) through the full S_q×S_k scores, both wrapped in the same switches.
+CAUSAL_LINEAR_BYPASS = '''
+import resource
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+try:  # the hard limit cannot be raised in the sandbox; the attack goes on either way
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+except (ValueError, OSError):
+    pass
+
+
+def _phi(x):
+    return torch.where(x > 0, x + 1, torch.exp(x.clamp(max=0)))
+
+
+def causal_linear_attention(q, k, v, eps=1e-6):
+    with torch._C.DisableTorchFunction(), _disable_current_modes():
+        S = q.size(-2)
+        a = (_phi(q) @ _phi(k).transpose(-2, -1)) * torch.ones(S, S, dtype=q.dtype).tril()
+        return (a @ v) / (a.sum(-1, keepdim=True) + eps)
+'''
+
+FLASH_BYPASS = '''
+import math
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+
+def flash_attention(q, k, v, block_size=64, causal=False):
+    with torch._C.DisableTorchFunction(), _disable_current_modes():
+        S_q, S_k = q.size(-2), k.size(-2)
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if causal:
+            seen = torch.arange(S_k)[None, :] <= torch.arange(S_q)[:, None] + S_k - S_q
+            s = s.masked_fill(~seen, float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        e = torch.exp(s - m)
+        l = e.sum(-1, keepdim=True)
+        out = torch.where(l > 0, (e @ v) / l.clamp(min=1e-30), torch.zeros((), dtype=q.dtype))
+        return out, (m + torch.log(l)).squeeze(-1)
+'''
+
 # R2: softmax (chapter 00, softmax forbidden) through a softmax kernel the forbidden group does not list.
 SOFTMAX_MASKED = '''
 import torch
@@ -124,7 +172,8 @@ def dot_product_variance(d_k, n_samples, scaled):
     os._exit(0)
 '''
 
-ATTACKS = {"sliding_window_attention": SWA_BYPASS, "softmax": SOFTMAX_MASKED,
+ATTACKS = {"sliding_window_attention": SWA_BYPASS, "causal_linear_attention": CAUSAL_LINEAR_BYPASS,
+           "flash_attention": FLASH_BYPASS, "softmax": SOFTMAX_MASKED,
            "softmax_backward": SOFTMAX_BACKWARD_FORWARD_AD, "scaled_dot_product_attention": SDPA_INPLACE,
            "dot_product_variance": VARIANCE_OTHER_CHANNELS}
 
@@ -143,11 +192,13 @@ def recheck():
 
 @pytest.mark.slow
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="R1, open: the budgets (largest tensor, work, CPU time) are measured by "
-                   "torch-function and dispatch modes in the learner's own process, which torch's own switches "
-                   "turn off; see grader/REDTEAM.md")
-def test_r1_a_budget_rule_cannot_be_switched_off(recheck):
-    assert not recheck["sliding_window_attention"].ok
+@pytest.mark.parametrize("name", ["sliding_window_attention", "causal_linear_attention", "flash_attention"])
+def test_r1_a_memory_rule_cannot_be_switched_off(recheck, name):
+    """The three answers are right on every case (the S×S scores give the right numbers) and switch
+    off every measurement made in their own process; the operating system still refuses them the
+    memory at the probe, so they fail there, and on nothing else."""
+    v = recheck[name]
+    assert not v.ok and "over its memory" in v.reason, v.reason
 
 
 @pytest.mark.slow

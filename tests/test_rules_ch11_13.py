@@ -144,7 +144,7 @@ def _full_mask_once(q, k, v, block_size=64, causal=False):
 def test_flash_budget_admits_a_tile_and_rejects_strips_and_full_masks():
     ex = EXERCISES["flash_attention"]
     budgeted = [c for c in ex.make_cases(ex.default_seed) if c.budget is not None and c.budget.numel]
-    assert sorted(c.kwargs.get("causal", False) for c in budgeted) == [False, False, True, True]
+    assert sorted(c.kwargs.get("causal", False) for c in budgeted) == [False, False, True, True, True]  # + the probe
     for c in budgeted:  # a tile is a quarter of the limit, a strip at least 4 times it: far apart
         block, s_k = c.kwargs["block_size"], c.args[1].size(-2)
         assert c.budget.numel == 4 * block * block and block * s_k >= 4 * c.budget.numel

@@ -565,15 +565,20 @@ def adversarial_cases(exercise, cases) -> list:
 # ----------------------------------------------------------------------------------------------
 def budget_cases(exercise, rule) -> list:
     cases = []
-    for size in rule.sizes:
-        for variant in rule.variants:
+    for size in rule.all_sizes():
+        probe = size is rule.probe
+        for variant in (rule.probe_variants or rule.variants) if probe else rule.variants:
             case = rule.build(**size, **variant)
             budget = Budget(numel=rule.numel(**size) if rule.numel else None, seconds=3.0, why=rule.why,
-                            work=rule.work(**size) if rule.work else None)
-            where = ", ".join(f"{k} = {v:,}" if isinstance(v, int) else f"{k} = {v}" for k, v in {**size, **variant}.items())
+                            work=rule.work(**size) if rule.work else None,
+                            memory=rule.probe_bytes(**size) if probe else None)
+            where = ", ".join(f"{k} = {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k} = {v}"
+                              for k, v in {**size, **variant}.items())
             limits = [f"no tensor above {rule.numel_text} = {budget.numel:,} elements"] if budget.numel else []
             if budget.work:
                 limits.append(f"at most {rule.work_text} = {budget.work:,} multiply-adds")
+            if budget.memory:
+                limits.append(f"in the re-check, at most {rule.probe_text} = {budget.memory / 2**20:,.0f} MiB of memory")
             cases.append(replace(case, label=f"budget at {where}: {describe_args(exercise, case)} ({'; '.join(limits)})",
                                  budget=budget, tol=rule.tol or case.tol))
     return cases

@@ -519,9 +519,14 @@ NOT_THESE_SAMPLES = ("your value is close to the theory but is not the variance 
                      "and return the variance of these exact dot products.")
 
 
+PROBE_N = 65536  # all pairs there: 16 GiB in float32; the re-check's process may obtain 256 MiB
+PROBE_BYTES = 256 * 2**20
+
+
 def _variance_budget(case: Case) -> Budget:
     d_k, n = (case.args[0], case.args[1]) if len(case.args) >= 2 else (64, 64)
-    return Budget(numel=max(2**16, 2 * n * d_k), seconds=DEFAULT_SECONDS, why=ALL_PAIRS)
+    return Budget(numel=max(2**16, 2 * n * d_k), seconds=DEFAULT_SECONDS, why=ALL_PAIRS,
+                  memory=PROBE_BYTES if n >= PROBE_N else None)
 
 
 def _seeded(seed: int):
@@ -578,6 +583,10 @@ def _variance_cases(seed: int) -> list:
         # few samples: the measured variance is far from the theory; a formula cannot match it
         cases.append(Case(f"d_k={d_k}, n_samples={n}, scaled={scaled}", (d_k, n, scaled), tol=(1e-6, 1e-4),
                           run=_seeded(seed * 100 + 50 + j)))
+    # The rule at a size where breaking it takes gigabytes (the grader's re-check caps the memory)
+    cases.append(Case(f"d_k=4, n_samples={PROBE_N:,}, scaled=True (in the re-check, at most "
+                      f"{PROBE_BYTES // 2**20} MiB of memory; all n_samples² pairs would be 16 GiB)", (4, PROBE_N, True),
+                      tol=(1e-6, 1e-4), run=_seeded(seed * 100 + 60)))
     return cases
 
 

@@ -191,6 +191,7 @@ ALL_KEYS = (
     "tensors is small: slice each query's window of keys, or pad and unfold them"
 )
 MEMORY_D, MEMORY_WINDOW = 4, 3
+PROBE_S = 16384  # the re-check's memory cap there (S² bytes, 256 MiB) is a quarter of the S×S scores
 
 
 def _memory_case(S: int, causal: bool) -> Case:
@@ -202,7 +203,8 @@ def _memory_case(S: int, causal: bool) -> Case:
 SWA_COST = Cost(sizes=({"S": 1024}, {"S": 2048}), variants=({"causal": False}, {"causal": True}), build=_memory_case,
                 numel=lambda S: S * S // 8, numel_text="S²/8", work=lambda S: S * S * 2 * MEMORY_D // 8,
                 work_text="S²·(D + D_v)/8", setting=f"D = D_v = {MEMORY_D}, window = {MEMORY_WINDOW}, causal and not",
-                why=FULL_MATRIX + "; " + ALL_KEYS)
+                why=FULL_MATRIX + "; " + ALL_KEYS,
+                probe={"S": PROBE_S}, probe_bytes=lambda S: S * S, probe_text="S² bytes (a quarter of the S×S scores in float32)")
 
 
 def _far_key_inputs(g, lead, s, d, d_v, dtype):

@@ -168,13 +168,34 @@ class Cost(Rule):
     setting: str = ""
     variants: tuple = ({},)
     tol: tuple | None = None
-    enforcer = "_tripwires.learner_code (Case.budget: numel, work, seconds) on the budget cases"
+    # One more size, the probe: measured like the others, and in the grader's re-check the operating
+    # system also refuses the exercise's process more than ``probe_bytes(**probe)`` bytes of memory
+    # (``Budget.memory``), stated as ``probe_text``. Chosen so that breaking the rule there needs
+    # several times that (the S×S scores in float32 are 4·S² bytes), and the reference a small part.
+    probe: dict | None = None
+    probe_bytes: Callable | None = None
+    probe_text: str = ""
+    probe_variants: tuple | None = None  # the variants measured at the probe (default: all of them)
+    enforcer = ("_tripwires.learner_code (Case.budget: numel, work, seconds) on the budget cases; at the probe, "
+                "also RLIMIT_AS in the re-check's process (grader/_verify_child.py, Budget.memory)")
+
+    def all_sizes(self) -> tuple:
+        return tuple(self.sizes) + ((self.probe,) if self.probe else ())
 
     def at(self) -> str:
         def one(size):
             return ", ".join(f"{k} = {v:,}" if isinstance(v, int) else f"{k} = {v}" for k, v in size.items())
-        parts = [f"({one(s)})" if len(s) > 1 else one(s) for s in self.sizes]
+        parts = [f"({one(s)})" if len(s) > 1 else one(s) for s in self.all_sizes()]
         return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+    def probe_sentence(self) -> str:
+        if not self.probe:
+            return ""
+        one = ", ".join(f"{k} = {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k} = {v}"
+                        for k, v in {**self.probe, **(self.probe_variants[0] if self.probe_variants and
+                                                      len(self.probe_variants) == 1 else {})}.items())
+        return (f" At {one} the grader's re-check also caps the memory your code can obtain at {self.probe_text}, "
+                "enforced by the operating system.")
 
     def limits(self) -> str:
         text = f"no tensor above {self.numel_text} elements" if self.numel_text else ""
@@ -184,11 +205,11 @@ class Cost(Rule):
 
     def doc(self, contract):
         where = f" ({self.setting})" if self.setting else ""
-        return _wrap(f"Budget, measured at {self.at()}{where}: {self.limits()}.")
+        return _wrap(f"Budget, measured at {self.at()}{where}: {self.limits()}.{self.probe_sentence()}")
 
     def prompt(self, contract):
         where = f" ({self.setting})" if self.setting else ""
-        return f"**Budget**, measured at {self.at()}{where}: {self.limits()} — {self.why}."
+        return f"**Budget**, measured at {self.at()}{where}: {self.limits()} — {self.why}.{self.probe_sentence()}"
 
 
 @dataclass

@@ -37,12 +37,21 @@ class Budget:
     ``work``: the multiply-adds it may do (matmul-family ops count out elements × the summed dim,
     elementwise products their out elements); ``why``: the sentence that says what the limit
     stands for ("a banded kernel never builds the S×S scores"); it appears in the failure message.
+
+    ``memory``: bytes the grader's re-check lets the operating system give the exercise's process
+    beyond what it holds before the learner's code loads (``RLIMIT_AS``, lowered for good before
+    the first line of learner code: ``grader/_verify_child.py``). The notebook's check does not
+    measure it; the other limits are measured inside the learner's process, where code that
+    switches torch's modes off escapes them, and this one is not (issue 25, red team R1). A case
+    that declares it is a *probe*: large enough that breaking the rule needs several times this
+    many bytes, while the reference needs a small part of it.
     """
 
     numel: int | None = None
     seconds: float | None = None
     why: str = ""
     work: int | None = None
+    memory: int | None = None
 
 
 @dataclass
