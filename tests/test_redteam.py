@@ -94,6 +94,28 @@ def flash_attention(q, k, v, block_size=64, causal=False):
         return out, (m + torch.log(l)).squeeze(-1)
 '''
 
+# R1, what is left: linear attention (chapter 11) that computes φ(q)φ(k)ᵀ, the quadratic work its rule
+# forbids, 256 query rows at a time (so its memory stays linear and under the cap), with the
+# work counter switched off. Work is counted only inside the learner's process.
+LINEAR_CHUNKED_BYPASS = '''
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+
+def _phi(x):
+    return torch.where(x > 0, x + 1, torch.exp(x.clamp(max=0)))
+
+
+def linear_attention(q, k, v, eps=1e-6):
+    with torch._C.DisableTorchFunction(), _disable_current_modes():
+        pk = _phi(k)
+        rows = []
+        for i in range(0, q.size(-2), 256):
+            a = _phi(q[..., i:i + 256, :]) @ pk.transpose(-2, -1)
+            rows.append((a @ v) / (a.sum(-1, keepdim=True) + eps))
+        return torch.cat(rows, dim=-2)
+'''
+
 # R2: softmax (chapter 00, softmax forbidden) through a softmax kernel the forbidden group does not list.
 SOFTMAX_MASKED = '''
 import torch
@@ -173,7 +195,7 @@ def dot_product_variance(d_k, n_samples, scaled):
 '''
 
 ATTACKS = {"sliding_window_attention": SWA_BYPASS, "causal_linear_attention": CAUSAL_LINEAR_BYPASS,
-           "flash_attention": FLASH_BYPASS, "softmax": SOFTMAX_MASKED,
+           "flash_attention": FLASH_BYPASS, "linear_attention": LINEAR_CHUNKED_BYPASS, "softmax": SOFTMAX_MASKED,
            "softmax_backward": SOFTMAX_BACKWARD_FORWARD_AD, "scaled_dot_product_attention": SDPA_INPLACE,
            "dot_product_variance": VARIANCE_OTHER_CHANNELS}
 
@@ -199,6 +221,16 @@ def test_r1_a_memory_rule_cannot_be_switched_off(recheck, name):
     memory at the probe, so they fail there, and on nothing else."""
     v = recheck[name]
     assert not v.ok and "over its memory" in v.reason, v.reason
+
+
+@pytest.mark.slow
+@needs_bwrap
+@pytest.mark.xfail(strict=True, reason="R1, left: work (multiply-adds) is counted by a dispatch mode in the learner's "
+                   "own process; quadratic work in linear memory, with the counter switched off, is not seen from "
+                   "outside (a per-query loop costs as much CPU time as the quadratic work at any size a check can "
+                   "afford); see grader/REDTEAM.md")
+def test_r1_quadratic_work_in_linear_memory_with_the_counter_off(recheck):
+    assert not recheck["linear_attention"].ok
 
 
 @pytest.mark.slow
