@@ -204,3 +204,34 @@ def test_a_signature_default_is_part_of_the_contract():
                                                        for c in ex.make_cases(ex.default_seed))}
     assert {"softmax", "logsumexp", "scaled_dot_product_attention", "MultiHeadAttention", "FeedForward",
             "rope_angles", "sliding_window_attention"} <= names, names
+
+
+def test_a_probe_runs_only_after_every_earlier_case_passed():
+    """A probe (``Budget.memory``: the rule at a size where breaking it takes gigabytes) is not run
+    in the learner's kernel for an answer that already failed, and its inputs are not diagnosed;
+    for an answer that passes everything else it runs, and decides. Here: all n_samples² pairs
+    (dot_product_variance's probe is 16,384 samples, a budget that comes from the exercise)."""
+    from utils.checks._ch03 import PROBE_N
+
+    ex, calls = EXERCISES["dot_product_variance"], []
+
+    def all_pairs(d_k, n_samples, scaled):
+        calls.append(n_samples)
+        q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
+        dots = torch.einsum("id,jd->ij", q, k).diagonal()
+        return float((dots / d_k ** 0.5 if scaled else dots).var())
+
+    with pytest.raises(CheckFailure, match="n_samples²"):
+        run_check(ex, all_pairs, quiet=True)
+    assert calls and max(calls) < PROBE_N
+
+    calls.clear()
+    ref = unguarded(ex.reference)
+
+    def wrong_only_at_the_probe(d_k, n_samples, scaled):
+        calls.append(n_samples)
+        return ref(d_k, n_samples, scaled) * (1.5 if n_samples >= PROBE_N else 1.0)
+
+    with pytest.raises(CheckFailure, match=f"n_samples={PROBE_N}"):
+        run_check(ex, wrong_only_at_the_probe, quiet=True)
+    assert max(calls) == PROBE_N

@@ -31,6 +31,7 @@ import torch
 
 from ._model import _input_names
 from ._tripwires import Budget
+from ._contract import PROBE_SECONDS
 
 KIND_NAMES = {"q": "query", "query": "query", "queries": "query", "k": "key", "key": "key", "keys": "key",
               "v": "value", "value": "value", "values": "value", "mask": "mask", "scores": "scores"}
@@ -569,7 +570,8 @@ def budget_cases(exercise, rule) -> list:
         probe = size is rule.probe
         for variant in (rule.probe_variants or rule.variants) if probe else rule.variants:
             case = rule.build(**size, **variant)
-            budget = Budget(numel=rule.numel(**size) if rule.numel else None, seconds=3.0, why=rule.why,
+            budget = Budget(numel=rule.numel(**size) if rule.numel else None, why=rule.why,
+                            seconds=PROBE_SECONDS if probe else 3.0,
                             work=rule.work(**size) if rule.work else None,
                             memory=rule.probe_bytes(**size) if probe else None)
             where = ", ".join(f"{k} = {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k} = {v}"
@@ -578,7 +580,8 @@ def budget_cases(exercise, rule) -> list:
             if budget.work:
                 limits.append(f"at most {rule.work_text} = {budget.work:,} multiply-adds")
             if budget.memory:
-                limits.append(f"in the re-check, at most {rule.probe_text} = {budget.memory / 2**20:,.0f} MiB of memory")
+                limits.append(f"{PROBE_SECONDS:g} s of CPU time; in the re-check, at most "
+                              f"{budget.memory / 2**20:,.0f} MiB of memory")
             cases.append(replace(case, label=f"budget at {where}: {describe_args(exercise, case)} ({'; '.join(limits)})",
                                  budget=budget, tol=rule.tol or case.tol))
     return cases

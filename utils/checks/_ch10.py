@@ -205,9 +205,11 @@ def _memory_case(S: int, causal: bool, batch: int = 1) -> Case:
 SWA_COST = Cost(sizes=({"S": 1024}, {"S": 2048}), variants=({"causal": False}, {"causal": True}), build=_memory_case,
                 numel=lambda S, batch=1: S * S // 8, numel_text="S²/8", work=lambda S, batch=1: batch * S * S * 2 * MEMORY_D // 8,
                 work_text="batch · S²·(D + D_v)/8",
-                setting=f"D = D_v = {MEMORY_D}, window = {MEMORY_WINDOW}, causal and not; batch = 1 unless stated",
+                setting=f"D = D_v = {MEMORY_D}, window = {MEMORY_WINDOW}, causal and not; batch (the leading dim of q, k and v) "
+                        "= 1 unless stated",
                 why=FULL_MATRIX + "; " + ALL_KEYS,
-                probe={"batch": PROBE_BATCH, "S": PROBE_S}, probe_bytes=lambda S, batch: batch * S * S,
+                probe={"batch": PROBE_BATCH, "S": PROBE_S}, probe_variants=({"causal": True},),
+                probe_bytes=lambda S, batch: batch * S * S,
                 probe_text="batch · S² bytes (a quarter of the batch × S × S scores in float32)")
 
 

@@ -159,7 +159,7 @@ def _cost(causal: bool) -> Cost:
     return Cost(sizes=({"S": 512}, {"S": 2048}), build=_memory_case, numel=lambda S, batch=1: S * S // 8,
                 numel_text="S²/8", probe={"batch": 8, "S": 4096}, probe_bytes=lambda S, batch: batch * S * S,
                 probe_text="batch · S² bytes (a quarter of φ(q)φ(k)ᵀ over the batch, in float32)",
-                setting=f"D = {MEMORY_D}, D_v = {MEMORY_D_V}; batch = 1 unless stated", why=QUADRATIC, tol=(1e-4, 1e-3))
+                setting=f"D = {MEMORY_D}, D_v = {MEMORY_D_V}; batch (the leading dim of q, k and v) = 1 unless stated", why=QUADRATIC, tol=(1e-4, 1e-3))
 
 
 def _attention_cases(seed: int, causal: bool) -> list:

@@ -147,6 +147,9 @@ class Dropout(Rule):
                 "autograd saved, such as a softmax's or a ReLU's output).")
 
 
+PROBE_SECONDS = 10.0  # CPU time per call at a probe (3 s at the other sizes): a loop over its queries fits
+
+
 @dataclass
 class Cost(Rule):
     """Memory (and work) budget, measured at ``sizes`` (at least two).
@@ -194,8 +197,8 @@ class Cost(Rule):
         one = ", ".join(f"{k} = {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k} = {v}"
                         for k, v in {**self.probe, **(self.probe_variants[0] if self.probe_variants and
                                                       len(self.probe_variants) == 1 else {})}.items())
-        return (f" At {one} the grader's re-check also caps the memory your code can obtain at {self.probe_text}, "
-                "enforced by the operating system.")
+        return (f" At {one} a call may take up to {PROBE_SECONDS:g} s of CPU time, and the grader's re-check caps "
+                f"the memory your code can obtain at {self.probe_text}, enforced by the operating system.")
 
     def limits(self) -> str:
         text = f"no tensor above {self.numel_text} elements" if self.numel_text else ""

@@ -141,6 +141,13 @@ def expected_output(exercise: Exercise, case: Case, i: int):
 SKIPPED = object()  # evaluate's output for a probe it did not run
 
 
+def _is_probe(exercise: Exercise, case: Case) -> bool:
+    """A case whose budget declares a memory cap (``Budget.memory``): the rule at a size where
+    breaking it takes gigabytes. Its budget may come from the case or from the exercise."""
+    budget = exercise.case_budget(case)
+    return budget is not None and budget.memory is not None
+
+
 def evaluate(exercise: Exercise, impl, cases: list) -> tuple[list, list, list]:
     """Run ``impl`` on every case: (outputs, per-case error message or None, expected).
 
@@ -152,7 +159,7 @@ def evaluate(exercise: Exercise, impl, cases: list) -> tuple[list, list, list]:
     for i, case in enumerate(cases):
         exp = expected_output(exercise, case, i)
         expected.append(exp)
-        if case.budget is not None and case.budget.memory is not None and any(errors):
+        if _is_probe(exercise, case) and any(errors):
             # A probe (the rule at a size where breaking it takes gigabytes) runs only for an answer
             # that has passed every case before it: one that already failed would only fill the
             # learner's memory here. Left out of the count and the diagnosis (``_run_check``).
@@ -224,20 +231,24 @@ def _run_check(exercise: Exercise, impl, seed: int | None, quiet: bool) -> int:
                 f"First failing case: {cases[first].label}",
                 "  " + name_paths(exercise, errors[first]),
             ]
+            # The diagnoses compare every case with the bank's mistakes: not on a probe's inputs
+            # (thousands of positions: minutes of work and hundreds of MiB for nothing they add).
+            keep = [i for i, c in enumerate(cases) if not _is_probe(exercise, c)]
+            d_cases, d_outputs, d_expected, d_errors = ([xs[i] for i in keep] for xs in (cases, outputs, expected, errors))
             hints = []
             if not any(m.hint in errors[first] for m in exercise.mutants):  # not named yet
-                for hint in diagnose(exercise, cases, outputs, expected):
+                for hint in diagnose(exercise, d_cases, d_outputs, d_expected):
                     if hint not in errors[first]:
                         lines.append(f"Likely mistake: {hint}")
                         hints.append(hint)
             named = bool(hints) or any(m.hint in errors[first] for m in exercise.mutants)
             if not named and exercise.locate is not None:
-                where = exercise.locate(exercise, impl, cases, outputs, expected, errors)
+                where = exercise.locate(exercise, impl, d_cases, d_outputs, d_expected, d_errors)
                 if where:
                     lines.append(f"Where: {where}")
             # Generic diagnoses come after the bank's hints and never replace them: when a known
             # mistake is named, only the (factual) features the failing cases share are added.
-            lines += generic_diagnoses(exercise, cases, outputs, expected, errors, clues=not named)
+            lines += generic_diagnoses(exercise, d_cases, d_outputs, d_expected, d_errors, clues=not named)
             raise CheckFailure("\n".join(lines))
         for extra in exercise.extra_checks:
             try:

@@ -110,7 +110,7 @@ class _Tripwire(TorchFunctionMode):
             return func(*args, **kwargs)
         limit = b.numel if b is not None else None
         if b is not None and self.deadline is not None and self.deadline.passed():
-            raise BudgetExceeded(f"it used more than {b.seconds:g} s of CPU time on a small input")
+            raise BudgetExceeded(f"it used more than {b.seconds:g} s of CPU time on this input")
         if limit is not None and (len(args) >= 2 or func in _FACTORY_FUNCS):
             est = _estimate_numel(func, args, kwargs)
             if est > limit:
@@ -333,7 +333,7 @@ def _alarm(seconds: float | None):
     import (``utils._clock``): stops a pure-Python loop that overspends, and does not fire because
     the machine is busy. One second later than the torch-level deadline, which usually fires first."""
     return cpu_alarm(None if seconds is None else seconds + 1.0, lambda: BudgetExceeded(
-        f"it used more than {seconds:g} s of CPU time on a small input"))
+        f"it used more than {seconds:g} s of CPU time on this input"))
 
 
 _WARM = False
