@@ -37,6 +37,11 @@ down (``lock_down``):
 * the time and size budgets of each case use the tripwire classes captured here, before any
   learner code, not whatever the checks' module holds later.
 
+Then its imports load (installed code only), the memory cap is set (``cap_memory``: where a case
+declares ``Budget.memory``, RLIMIT_AS, soft and hard, at what the process maps now plus that many
+bytes: no unprivileged process can raise it again, and the kernel refuses every mapping past it,
+whatever torch's modes say), and only then does learner code run.
+
 It then loads the definitions, runs the cases (up to and including the first that raises or
 goes over its budget), writes one ``_wire`` message to its descriptor and exits.
 """
@@ -92,6 +97,21 @@ def receive(sock):
 def send(sock, msg: dict) -> None:
     data = json.dumps(msg).encode()
     sock.sendall(struct.pack("<I", len(data)) + data)
+
+
+def _fixed_mmap_threshold() -> None:
+    """glibc's malloc serves every block of 128 KiB or more with its own mapping, returned on free
+    (``mallopt(M_MMAP_THRESHOLD)``, which also stops the threshold from growing). Otherwise, once a
+    large block is freed, blocks of that size come from the heap, and a loop that allocates one
+    per step between small blocks that stay can grow the heap by one block per step: the address
+    space would then measure the allocator's fragmentation, not the memory the code holds, and a
+    memory cap (``cap_memory``) would refuse answers at random."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass  # not glibc: its own allocator
 
 
 def _not_dumpable() -> None:
@@ -389,10 +409,32 @@ def lock_down(ex, union: list):
     return load_guard, call_guard
 
 
+def only_imports(chunk: str) -> bool:
+    """The chunk is import statements and nothing else."""
+    import ast
+
+    try:
+        body = ast.parse(chunk).body
+    except (SyntaxError, ValueError):
+        return False
+    return bool(body) and all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body)
+
+
+def load(chunks: list, namespace: dict, failures: dict) -> None:
+    """Each chunk on its own: one that cannot stand alone does not take the others with it."""
+    for chunk in chunks:
+        try:
+            exec(compile(chunk, "your notebook", "exec"), namespace)
+        except BaseException as err:  # noqa: BLE001 - this definition cannot stand alone
+            first = chunk.splitlines()[0][:80] if chunk else ""
+            failures[first] = f"{type(err).__name__}: {str(err)[:200]}"
+
+
 def cap_memory(allowance: int) -> int:
     """Lower this process's address-space limit, soft and hard, to what it maps now plus
     ``allowance`` bytes (the largest ``Budget.memory`` of its cases). Called after the lock-down and
-    before the learner's definitions load (a class body could compute at load time): nothing the
+    the notebook's imports, before any other definition loads (a class body could compute, or hold a
+    buffer, at load time): nothing the
     learner's code does afterwards can raise a hard limit (that needs CAP_SYS_RESOURCE in the
     machine's first user namespace, which a sandboxed process never has), and the kernel refuses
     every mapping beyond it, whatever torch's modes say. Returns the allowance."""
@@ -492,21 +534,22 @@ def run_exercise(name: str, payload: bytes, chunks: list, union_names: list, out
     budget_of, call = ex.case_budget, ex.call
     encode, seed_of, reseed_ = wire.encode, case_seed, reseed
     memory = [b.memory for b in map(budget_of, cases) if b is not None and b.memory is not None]
-    load_guard, call_guard = lock_down(ex, union)
-    cap = cap_memory(max(memory)) if memory else None  # the last step before any learner code
-
     holder = getattr(ex.reference, "__name__", "") if ex.kind == "class" else ""
     chunks = [c if isinstance(c, str) else c["code"] for c in chunks
               if isinstance(c, str) or name in c.get("only", ()) or (holder and holder in c.get("only", ()))]
+    # Import statements run installed code only (a read-only file system, `python -I`): they load
+    # before the memory cap, so that what a notebook imports (pandas: +41 MiB of address space)
+    # costs its answer nothing. Every other chunk is learner code and loads under the cap.
+    imports = [c for c in chunks if only_imports(c)]
+    chunks = [c for c in chunks if not only_imports(c)]
     namespace = {"__name__": "learner"}
     failures = {}
+    load_guard, call_guard = lock_down(ex, union)
     with load_guard():
-        for chunk in chunks:
-            try:
-                exec(compile(chunk, "your notebook", "exec"), namespace)
-            except BaseException as err:  # noqa: BLE001 - this definition cannot stand alone
-                first = chunk.splitlines()[0][:80] if chunk else ""
-                failures[first] = f"{type(err).__name__}: {str(err)[:200]}"
+        load(imports, namespace, failures)
+    cap = cap_memory(max(memory)) if memory else None  # the last step before any learner code
+    with load_guard():
+        load(chunks, namespace, failures)
     impl = namespace.get(name)
     if impl is None and ex.kind == "class":  # a method exercise (split_heads): the class that holds it
         impl = namespace.get(getattr(ex.reference, "__name__", ""))
@@ -549,6 +592,10 @@ def run_exercise(name: str, payload: bytes, chunks: list, union_names: list, out
             result["outputs"] = outputs
     try:
         message = encode(result, contiguous=True)
+    except MemoryError:
+        del result
+        message = encode({"error": f"{name} is over its memory: its results no longer fit in the "
+                                   f"{(cap or 0) / 2**20:,.0f} MiB the re-check lets this exercise's process obtain"})
     except Exception as err:  # noqa: BLE001 - an output that is not plain data
         message = encode({"error": f"{name} returned something that is not plain data ({str(err)[:200]})"})
     _write_all(out_fd, message)
@@ -590,6 +637,7 @@ def main() -> None:
     # checks, the first use of their tripwires, and every module the lock-down uses.
     import _thread  # noqa: F401
     import array  # noqa: F401
+    import ast  # noqa: F401
     import contextlib  # noqa: F401
     import ctypes  # noqa: F401
     import importlib  # noqa: F401
@@ -603,6 +651,7 @@ def main() -> None:
     import utils.checks  # noqa: F401
     from utils.checks._core import warm_up
 
+    _fixed_mmap_threshold()
     warm_up()
     _not_dumpable()
     ctrl = socket.socket(fileno=control_fd)

@@ -95,7 +95,7 @@ def flash_attention(q, k, v, block_size=64, causal=False):
 '''
 
 # R1, what is left: linear attention (chapter 11) that computes φ(q)φ(k)ᵀ, the quadratic work its rule
-# forbids, 256 query rows at a time (so its memory stays linear and under the cap), with the
+# forbids, 64 query rows at a time (so its memory stays linear and under the cap), with the
 # work counter switched off. Work is counted only inside the learner's process.
 LINEAR_CHUNKED_BYPASS = '''
 import torch
@@ -110,8 +110,8 @@ def linear_attention(q, k, v, eps=1e-6):
     with torch._C.DisableTorchFunction(), _disable_current_modes():
         pk = _phi(k)
         rows = []
-        for i in range(0, q.size(-2), 256):
-            a = _phi(q[..., i:i + 256, :]) @ pk.transpose(-2, -1)
+        for i in range(0, q.size(-2), 64):
+            a = _phi(q[..., i:i + 64, :]) @ pk.transpose(-2, -1)
             rows.append((a @ v) / (a.sum(-1, keepdim=True) + eps))
         return torch.cat(rows, dim=-2)
 '''

@@ -3,8 +3,8 @@
 The re-check lowers each probe exercise's RLIMIT_AS to what it maps plus ``Budget.memory``
 (``grader/_verify_child.py``, ``cap_memory``) before the learner's definitions load. These tests
 try to get full marks for an answer that builds the forbidden S×S matrix despite the cap, and to
-make an honest answer fail because of it. An attempt that still works is ``xfail(strict=True)``
-with its reason, so that the day it stops working the test says so. All share one sandboxed
+make an honest answer fail because of it. Both that broke (C1, C4) are fixed; the table is in
+``grader/REDTEAM.md``. All share one sandboxed
 re-check (``recheck``) but the honest one (``honest_flash``).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from grader import sandbox, verify
 ROOT = Path(__file__).resolve().parents[1]
 needs_bwrap = pytest.mark.skipif(not sandbox.bwrap_available(), reason="bubblewrap is not available here")
 
-# C1 (broken): the probe of chapters 10 and 11 is a batch of 8 sequences of S = 4,096, and its cap
+# C1 (broken, then fixed: the probes are one sequence of S = 16,384 now): the probe of chapters 10 and 11 is a batch of 8 sequences of S = 4,096, and its cap
 # (batch · S² bytes, 128 MiB) is a quarter of the *batch's* scores; one sequence's S×S scores in
 # float32 are 64 MiB. A loop over the batch that builds each sequence's full S×S scores in one
 # reused buffer (softmax in place) stays within the cap. Every in-process measurement is switched
@@ -187,12 +187,12 @@ def recheck():
 
 @pytest.mark.slow
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="C1, open: the probe's cap is sized on the batch (batch · S² bytes) while "
-                   "the rule is per sequence; a loop over the batch needs one sequence's S×S scores (S²·4 bytes, "
-                   "half the cap) and passes")
 @pytest.mark.parametrize("name", ["sliding_window_attention", "linear_attention", "causal_linear_attention"])
 def test_c1_a_loop_over_the_batch_cannot_build_each_sequences_scores(recheck, name):
-    assert not recheck[name].ok
+    """Fixed: the probe is one sequence (S = 16,384) and its cap, S² bytes, a quarter of that
+    sequence's scores in float32: a loop over the batch has nothing left to split."""
+    v = recheck[name]
+    assert not v.ok and "over its memory" in v.reason, v.reason
 
 
 @pytest.mark.slow
@@ -203,7 +203,7 @@ def test_c2_c3_the_full_matrix_in_lower_precision_is_over_the_cap(recheck, name)
     assert not v.ok and "over its memory" in v.reason, v.reason
 
 
-# C4 (broken, an honest answer): the course's own flash_attention, in a notebook whose learner-added
+# C4 (broken, an honest answer; fixed: imports load before the cap, and the cap is 256 MiB): the course's own flash_attention, in a notebook whose learner-added
 # cells import pandas (+41 MiB of address space) and decorate a helper with torch.compile (+76 MiB:
 # torch._dynamo): every import and decorated definition loads after the cap, in every exercise's
 # process, so the 96 MiB of the flash probe are gone before the answer runs. The reason it gets:
@@ -223,7 +223,7 @@ def honest_flash():
 @pytest.mark.slow
 @needs_bwrap
 @pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed")
-@pytest.mark.xfail(strict=True, reason="C4, open: learner imports load after the cap and count against it (pandas and "
-                   "a torch.compile decorator take more than flash's 96 MiB); the reason then names no import")
 def test_c4_an_honest_answer_keeps_its_memory_when_the_notebook_imports_heavy_modules(honest_flash):
+    """Fixed: import statements (installed code only) load before the cap; the probe's cap is
+    256 MiB, and a decorated definition that pulls in torch._dynamo fits beside the answer."""
     assert honest_flash.ok, honest_flash.reason

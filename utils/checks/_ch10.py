@@ -191,26 +191,24 @@ ALL_KEYS = (
     "tensors is small: slice each query's window of keys, or pad and unfold them"
 )
 MEMORY_D, MEMORY_WINDOW = 4, 3
-# The probe: 8 inputs of S = 4,096 (a batch, so that a loop over the queries stays well within 3 s):
-# the re-check's memory cap there (batch · S² bytes, 128 MiB) is a quarter of the scores in float32
-PROBE_BATCH, PROBE_S = 8, 4096
+# The probe: one sequence of S = 16,384 (one sequence, so that no loop over a batch fits its scores
+# under the cap): the re-check's memory cap there, S² bytes (256 MiB), is a quarter of its scores in float32
+PROBE_S = 16384
 
 
-def _memory_case(S: int, causal: bool, batch: int = 1) -> Case:
-    g = generator(S + causal + batch - 1)
-    q, k, v = (randn(batch, S, MEMORY_D, gen=g) for _ in range(3))
+def _memory_case(S: int, causal: bool) -> Case:
+    g = generator(S + causal)
+    q, k, v = (randn(1, S, MEMORY_D, gen=g) for _ in range(3))
     return Case(f"window={MEMORY_WINDOW}, causal={causal}", (q, k, v, MEMORY_WINDOW), {"causal": causal})
 
 
 SWA_COST = Cost(sizes=({"S": 1024}, {"S": 2048}), variants=({"causal": False}, {"causal": True}), build=_memory_case,
-                numel=lambda S, batch=1: S * S // 8, numel_text="S²/8", work=lambda S, batch=1: batch * S * S * 2 * MEMORY_D // 8,
-                work_text="batch · S²·(D + D_v)/8",
-                setting=f"D = D_v = {MEMORY_D}, window = {MEMORY_WINDOW}, causal and not; batch (the leading dim of q, k and v) "
-                        "= 1 unless stated",
+                numel=lambda S: S * S // 8, numel_text="S²/8", work=lambda S: S * S * 2 * MEMORY_D // 8,
+                work_text="S²·(D + D_v)/8",
+                setting=f"D = D_v = {MEMORY_D}, window = {MEMORY_WINDOW}, causal and not",
                 why=FULL_MATRIX + "; " + ALL_KEYS,
-                probe={"batch": PROBE_BATCH, "S": PROBE_S}, probe_variants=({"causal": True},),
-                probe_bytes=lambda S, batch: batch * S * S,
-                probe_text="batch · S² bytes (a quarter of the batch × S × S scores in float32)")
+                probe={"S": PROBE_S}, probe_variants=({"causal": True},), probe_bytes=lambda S: S * S,
+                probe_text="S² bytes (a quarter of the S×S scores in float32, half of them in float16)")
 
 
 def _far_key_inputs(g, lead, s, d, d_v, dtype):

@@ -498,9 +498,10 @@ FLASH_MEMORY = _TileCost(
     live=lambda block_size, S=None, S_q=None, S_k=None: _live_limit(S_q or S, S_k or S, block_size, 2, 2),
     live_text=LIVE_TEXT,
     setting="D = D_v = 2; a tile has block_size² scores, a strip of one query block against all keys "
-            "block_size · S_k (65,536, 262,144 and 4,194,304 here), the full scores or mask S_q · S_k", why=FULL_SCORES,
-    tol=(1e-5, 1e-3), probe={"S": 8192, "block_size": 512}, probe_variants=({"causal": True},),
-    probe_bytes=lambda **_: 96 * 2**20, probe_text="96 MiB (the full scores in float32 would be 256 MiB)")
+            "block_size · S_k (65,536, 262,144 and 8,388,608 here), the full scores or mask S_q · S_k", why=FULL_SCORES,
+    tol=(1e-5, 1e-3), probe={"S": 16384, "block_size": 512}, probe_variants=({"causal": True},),
+    probe_bytes=lambda S, block_size: S * S,
+    probe_text="S_q · S_k bytes (a quarter of the full scores in float32, half of them in float16)")
 FLASH_WORK = Cost(sizes=({"S": 256, "block_size": 32}, {"S": 512, "block_size": 64}), variants=({"causal": True},),
                   build=lambda **kw: _budget_case(**kw, D=8, D_v=2, live=False),
                   work=lambda S, block_size: 4 * S * S * 10 // 5,
