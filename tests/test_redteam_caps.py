@@ -20,7 +20,7 @@ from grader import sandbox, verify
 ROOT = Path(__file__).resolve().parents[1]
 needs_bwrap = pytest.mark.skipif(not sandbox.bwrap_available(), reason="bubblewrap is not available here")
 
-# C1 (broken, then fixed: the probes are one sequence of S = 16,384 now): the probe of chapters 10 and 11 is a batch of 8 sequences of S = 4,096, and its cap
+# C1 (broken, then fixed: the probes are one sequence of S = 8,192 now): the probe of chapters 10 and 11 is a batch of 8 sequences of S = 4,096, and its cap
 # (batch · S² bytes, 128 MiB) is a quarter of the *batch's* scores; one sequence's S×S scores in
 # float32 are 64 MiB. A loop over the batch that builds each sequence's full S×S scores in one
 # reused buffer (softmax in place) stays within the cap. Every in-process measurement is switched
@@ -189,7 +189,7 @@ def recheck():
 @needs_bwrap
 @pytest.mark.parametrize("name", ["sliding_window_attention", "linear_attention", "causal_linear_attention"])
 def test_c1_a_loop_over_the_batch_cannot_build_each_sequences_scores(recheck, name):
-    """Fixed: the probe is one sequence (S = 16,384) and its cap, S² bytes, a quarter of that
+    """Fixed: the probe is one sequence (S = 8,192) and its cap, S² bytes, a quarter of that
     sequence's scores in float32: a loop over the batch has nothing left to split."""
     v = recheck[name]
     assert not v.ok and "over its memory" in v.reason, v.reason

@@ -191,9 +191,10 @@ ALL_KEYS = (
     "tensors is small: slice each query's window of keys, or pad and unfold them"
 )
 MEMORY_D, MEMORY_WINDOW = 4, 3
-# The probe: one sequence of S = 16,384 (one sequence, so that no loop over a batch fits its scores
-# under the cap): the re-check's memory cap there, S² bytes (256 MiB), is a quarter of its scores in float32
-PROBE_S = 16384
+# The probe: one sequence of S = 8,192 (one sequence, so that no loop over a batch fits its scores under
+# the cap; 8,192, so that a loop over the queries stays within 10 s): the re-check's memory cap there,
+# S² bytes (64 MiB), is a quarter of its scores in float32, half of them in float16
+PROBE_S = 8192
 
 
 def _memory_case(S: int, causal: bool) -> Case:

@@ -156,7 +156,7 @@ def _cost(causal: bool) -> Cost:
     # sums over 2048 positions: float32 round-off depends on the order of summation (cumsum, a Python
     # loop, matmul), so compare loosely; the small cases check the values tightly
     return Cost(sizes=({"S": 512}, {"S": 2048}), build=_memory_case, numel=lambda S: S * S // 8,
-                numel_text="S²/8", probe={"S": 16384}, probe_bytes=lambda S: S * S,
+                numel_text="S²/8", probe={"S": 8192}, probe_bytes=lambda S: S * S,
                 probe_text="S² bytes (a quarter of φ(q)φ(k)ᵀ in float32, half of it in float16)",
                 setting=f"D = {MEMORY_D}, D_v = {MEMORY_D_V}", why=QUADRATIC, tol=(1e-4, 1e-3))
 
