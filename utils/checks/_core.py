@@ -157,15 +157,16 @@ def evaluate(exercise: Exercise, impl, cases: list) -> tuple[list, list, list]:
     """
     outputs, errors, expected = [], [], []
     for i, case in enumerate(cases):
-        exp = expected_output(exercise, case, i)
-        expected.append(exp)
         if _is_probe(exercise, case) and any(errors):
+            expected.append(None)
             # A probe (the rule at a size where breaking it takes gigabytes) runs only for an answer
             # that has passed every case before it: one that already failed would only fill the
             # learner's memory here. Left out of the count and the diagnosis (``_run_check``).
             outputs.append(SKIPPED)
             errors.append(None)
             continue
+        exp = expected_output(exercise, case, i)
+        expected.append(exp)
         try:
             reseed(case_seed(i))
             got = _call_learner(exercise, impl, case)
